@@ -1,0 +1,84 @@
+"""attnmask: attention masking, explained and graded.
+
+Masks are ``torch.bool`` tensors with **True = may attend** (the PyTorch SDPA
+convention). Shape letters: B batch, H heads, Lq queries, Lk keys, L when equal,
+D model width, d head width.
+"""
+
+from .attention import attention
+from .cache import KVCache, kv_cache_attention
+from .influence import influence_matrix
+from .masks import (
+    broadcast_mask,
+    causal_mask,
+    combine_masks,
+    decoder_mask,
+    document_mask,
+    encoder_decoder_masks,
+    padding_mask,
+    prefix_lm_mask,
+    sliding_window_mask,
+    to_additive,
+)
+from .mha import MultiHeadAttention, multi_head_attention
+from .predicates import (
+    and_masks,
+    block_mask,
+    causal,
+    document,
+    key_padding,
+    materialize,
+    or_masks,
+    prefix_lm,
+    sliding_window,
+)
+from .softmax import masked_softmax
+
+__version__ = "0.1.0"
+
+#: The thirteen functions of the exercise contract, in chapter order.
+CONTRACT = (
+    "causal_mask",
+    "influence_matrix",
+    "to_additive",
+    "masked_softmax",
+    "attention",
+    "padding_mask",
+    "decoder_mask",
+    "encoder_decoder_masks",
+    "multi_head_attention",
+    "kv_cache_attention",
+    "sliding_window_mask",
+    "prefix_lm_mask",
+    "document_mask",
+)
+
+__all__ = [
+    "CONTRACT",
+    "KVCache",
+    "MultiHeadAttention",
+    "and_masks",
+    "attention",
+    "block_mask",
+    "broadcast_mask",
+    "causal",
+    "causal_mask",
+    "combine_masks",
+    "decoder_mask",
+    "document",
+    "document_mask",
+    "encoder_decoder_masks",
+    "influence_matrix",
+    "key_padding",
+    "kv_cache_attention",
+    "masked_softmax",
+    "materialize",
+    "multi_head_attention",
+    "or_masks",
+    "padding_mask",
+    "prefix_lm",
+    "prefix_lm_mask",
+    "sliding_window",
+    "sliding_window_mask",
+    "to_additive",
+]

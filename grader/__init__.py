@@ -1,0 +1,1 @@
+"""The course autograder (see issue: graded exercises)."""

@@ -1,0 +1,87 @@
+"""The contract between exercise checks and the grading engine.
+
+An exercise is graded by a list of :class:`Check`. A check names the property it
+tests, lists the :class:`Call` s to make to the student's function, and carries
+a ``judge`` that turns what came back into a :class:`Verdict`.
+
+Calls run wherever the student's code runs (a sandboxed worker process for the
+CLI, the student's own kernel for the in-notebook ``check``). Only plain data
+crosses that boundary: tensors, ints, floats, bools, strings, None, and
+lists/tuples/dicts of them, i.e. what ``torch.load(weights_only=True)`` accepts.
+Judges run in the trusted process; they never see student objects, only
+:class:`Outcome` s built from that data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class FnSpec:
+    """A function argument described as data (e.g. the ``f`` of ``influence_matrix``).
+
+    The worker rebuilds it with :func:`grader.fnspecs.build` from trusted code:
+    ``kind`` names a builder, ``params`` holds its tensors and numbers.
+    """
+
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Call:
+    """One call ``fn(*args, **kwargs)``; tensors in args go to ``device`` first
+    (``"cpu"``, ``"cuda"`` or ``"meta"``)."""
+
+    args: tuple
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+
+
+@dataclass
+class Outcome:
+    """What one call produced, as plain data.
+
+    ``output`` is the return value converted to plain tensors (``type(t) is
+    torch.Tensor``, moved to the CPU, ``device`` recorded separately) or
+    containers of them; ``error`` is ``"ExcType: message"`` when the call
+    raised, else None. ``args_after`` are the tensor arguments after the call
+    (to detect in-place changes), ``grad_ok`` the result of the gradient probe
+    when the check asked for one.
+    """
+
+    output: Any = None
+    error: str | None = None
+    devices: Any = None  # same structure as output, device type strings
+    args_after: tuple | None = None
+    grads: Any = None  # gradients of sum(outputs) w.r.t. float args, when requested
+    seconds: float = 0.0
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str = ""  # one line: what broke, in plain words
+    detail: str = ""  # smallest failing case: grids side by side, largest error, ...
+    skipped: bool = False  # e.g. CUDA checks on a machine without CUDA
+
+
+@dataclass
+class Check:
+    name: str
+    calls: list[Call]
+    judge: Callable[[list[Call], list[Outcome]], Verdict]
+    public: bool = False
+    weight: float = 1.0
+    want_grads: bool = False
+    requires: str | None = None  # "cuda" -> skipped (reported) when unavailable
+
+
+def plain(t: torch.Tensor) -> bool:
+    """True for an honest tensor: not a subclass that could lie about equality."""
+    return type(t) is torch.Tensor
