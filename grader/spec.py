@@ -85,3 +85,27 @@ class Check:
 def plain(t: torch.Tensor) -> bool:
     """True for an honest tensor: not a subclass that could lie about equality."""
     return type(t) is torch.Tensor
+
+
+@dataclass
+class Exercise:
+    """One graded function of the exercise contract.
+
+    ``make_checks(seed, hidden=...)`` returns the public checks (fixed, the
+    same ones the in-notebook ``check`` runs) and, when ``hidden`` is True, the
+    hidden randomized checks drawn from ``seed`` as well. Points are declared
+    once, in :data:`grader.checks.POINTS`.
+    """
+
+    name: str  # the function name, e.g. "causal_mask"
+    chapter: int
+    make_checks: Callable[..., list[Check]]
+    points: float = 10.0
+
+
+@dataclass(frozen=True)
+class NotATensor:
+    """Stands in for a returned value that is not a plain tensor (a list, a
+    numpy array, a tensor subclass...), so judges can say what came back."""
+
+    type_name: str

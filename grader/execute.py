@@ -1,0 +1,105 @@
+"""Make one :class:`~grader.spec.Call` to a function and record an :class:`Outcome`.
+
+Used inside the sandboxed worker (CLI grading) and in the student's kernel (the
+in-notebook ``check``). Everything recorded is plain data: judges in the
+trusted process never touch the student's objects.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from .spec import Call, FnSpec, NotATensor, Outcome
+
+
+def _to_device(x: Any, device: str) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().to(device)
+    if isinstance(x, FnSpec):
+        from .fnspecs import build
+
+        return build(x, device)
+    if isinstance(x, tuple):
+        return tuple(_to_device(v, device) for v in x)
+    if isinstance(x, list):
+        return [_to_device(v, device) for v in x]
+    if isinstance(x, dict):
+        return {k: _to_device(v, device) for k, v in x.items()}
+    return x
+
+
+def to_plain(x: Any) -> tuple[Any, Any]:
+    """Return value -> (plain data, device structure). Meta tensors become zeros
+    of the same shape and dtype (their device is recorded as "meta")."""
+    if type(x) is torch.Tensor:
+        dev = x.device.type
+        t = x.detach()
+        t = torch.zeros(t.shape, dtype=t.dtype) if dev == "meta" else t.cpu().clone()
+        return t, dev
+    if isinstance(x, torch.Tensor):
+        return NotATensor(f"tensor subclass {type(x).__name__}"), None
+    if isinstance(x, tuple | list):
+        pairs = [to_plain(v) for v in x]
+        return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+    return NotATensor(type(x).__name__), None
+
+
+def _grad_probe(args: tuple) -> tuple[tuple, list[int]]:
+    """Copies of the float tensor args that require grad; their positions."""
+    out, idx = [], []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point:
+            a = a.detach().clone().requires_grad_(True)
+            idx.append(i)
+        out.append(a)
+    return tuple(out), idx
+
+
+def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
+    """Run ``fn`` on ``call`` (args moved to ``call.device``) and record what happened."""
+    args = _to_device(call.args, call.device)
+    kwargs = _to_device(call.kwargs, call.device)
+    grad_idx: list[int] = []
+    if want_grads:
+        args, grad_idx = _grad_probe(args)
+    before = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args)
+    t0 = time.perf_counter()
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 -- a student's SystemExit is an outcome too
+        if isinstance(e, KeyboardInterrupt | SystemExit) and call.device == "__reraise__":
+            raise
+        return Outcome(error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    output, devices = to_plain(result)
+    grads = None
+    if want_grads:
+        grads = _grads(result, args, grad_idx)
+    args_after = tuple(
+        None if b is None else _after(a, b) for a, b in zip(args, before)
+    )
+    return Outcome(output=output, devices=devices, args_after=args_after, grads=grads, seconds=seconds)
+
+
+def _after(a: torch.Tensor, before: torch.Tensor) -> Any:
+    """The arg after the call, as plain data, plus whether its autograd state changed."""
+    data, _ = to_plain(a.detach())
+    return {"value": data, "grad_set": a.grad is not None}
+
+
+def _grads(result: Any, args: tuple, grad_idx: list[int]) -> Any:
+    """Gradients of a fixed weighted sum of the float outputs w.r.t. the float args."""
+    outs = [r for r in (result if isinstance(result, tuple | list) else (result,))
+            if type(r) is torch.Tensor and r.dtype.is_floating_point and r.requires_grad]
+    if not outs:
+        return {"error": "no output depends differentiably on the inputs"}
+    try:
+        gen = torch.Generator().manual_seed(1234)
+        total = sum((o.float() * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs)
+        gs = torch.autograd.grad(total, [args[i] for i in grad_idx], allow_unused=True)
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {i: (None if g is None else to_plain(g)[0]) for i, g in zip(grad_idx, gs)}
