@@ -35,6 +35,17 @@ def kv_cache_attention(
         ``k_all = cat(k_cache, k_new, dim=2)``. New query i attends keys
         ``0 .. T + i``: the causal mask aligned bottom-right.
     """
+    for name, t in (("q", q), ("k_new", k_new), ("v_new", v_new), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected 4 dimensions (B, H, n, d) "
+                             "for the new tokens and (B, H, T, d) for the caches")
+    if not (q.shape[:3] == k_new.shape[:3] == v_new.shape[:3]):
+        raise ValueError(f"q {tuple(q.shape)}, k_new {tuple(k_new.shape)} and v_new "
+                         f"{tuple(v_new.shape)} must share (B, H, n): one key and value per new query")
+    for name, new, cache in (("k", k_new, k_cache), ("v", v_new, v_cache)):
+        if cache.shape[:2] != new.shape[:2] or cache.shape[3] != new.shape[3]:
+            raise ValueError(f"{name}_cache (B, H, T, d) = {tuple(cache.shape)} does not match "
+                             f"{name}_new (B, H, n, d) = {tuple(new.shape)} in B, H or d")
     k_all = torch.cat([k_cache, k_new], dim=2)  # (B, H, T+n, d)
     v_all = torch.cat([v_cache, v_new], dim=2)
     n, total = q.shape[-2], k_all.shape[-2]

@@ -168,6 +168,7 @@ def encoder_decoder_masks(
             f"{tuple(tgt_lengths.shape)} must both be (B,)"
         )
     _check_size("src_len", src_len, 1)
+    _check_size("tgt_len", tgt_len, 1)
     B, dev = src_lengths.shape[0], src_lengths.device
     src_keys = P.key_padding(src_lengths)
     enc_self = P.materialize(src_keys, src_len, src_len, B=B, device=dev)  # (B, 1, 1, S)

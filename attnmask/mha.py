@@ -52,7 +52,18 @@ def multi_head_attention(
     Returns:
         ``(B, Lq, D)``.
     """
-    D = x_q.shape[-1]
+    for name, x in (("x_q", x_q), ("x_kv", x_kv)):
+        if x.dim() != 3:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}; expected (B, L, D). "
+                             "Add a batch dimension with x[None] for a single sequence.")
+    B, _, D = x_q.shape
+    if x_kv.shape[0] != B or x_kv.shape[2] != D:
+        raise ValueError(f"x_q (B, Lq, D) = {tuple(x_q.shape)} and x_kv (B, Lk, D) = "
+                         f"{tuple(x_kv.shape)} must share B and D")
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
+        if tuple(w.shape) != (D, D):
+            raise ValueError(f"{name} has shape {tuple(w.shape)}; expected (D, D) = ({D}, {D}), "
+                             "applied as x @ w.T")
     if D % n_heads:
         raise ValueError(f"model width D = {D} is not divisible by n_heads = {n_heads}")
     q = split_heads(x_q @ w_q.T, n_heads)  # (B, H, Lq, d)
