@@ -1,0 +1,202 @@
+"""Generate the exercise notebooks from the solution notebooks (the single source).
+
+    python -m grader.release            # write exercises/ from solutions/
+    python -m grader.release --check    # exit 1 and list stale files, write nothing
+
+In a solution notebook, the code between a ``# BEGIN SOLUTION`` line and a
+``# END SOLUTION`` line is the answer. In the exercise it becomes
+
+    raise NotImplementedError("<function>: <hint> (see exercise N.M)")
+
+at the marker's indentation, where ``<function>`` is the enclosing ``def``,
+``<hint>`` comes from a ``# HINT: ...`` line inside the region, N is the chapter
+(``ex03_...`` -> 3) and M counts the solution regions of the notebook. Cells
+tagged ``solution-only`` are dropped, outputs and execution counts are cleared,
+and a first markdown cell says the file is generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+
+BEGIN = "# BEGIN SOLUTION"
+END = "# END SOLUTION"
+HINT = "# HINT:"
+SOLUTION_ONLY = "solution-only"
+NOTICE_ID = "generated-notice"
+
+_DEF = re.compile(r"^(\s*)def\s+([A-Za-z_]\w*)\s*\(")
+_CHAPTER = re.compile(r"^ex(\d+)_")
+
+
+class ReleaseError(ValueError):
+    """A solution notebook whose markers cannot be turned into a stub."""
+
+
+def chapter_of(path: Path) -> int:
+    m = _CHAPTER.match(path.name)
+    if not m:
+        raise ReleaseError(f"{path.name}: expected a name like ex03_padding.ipynb")
+    return int(m.group(1))
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _enclosing_def(lines: list[str], at: int) -> str | None:
+    """Name of the innermost ``def`` above line ``at`` that is less indented than it."""
+    width = len(_indent(lines[at]))
+    for line in reversed(lines[:at]):
+        m = _DEF.match(line)
+        if m and len(m.group(1)) < width:
+            return m.group(2)
+    return None
+
+
+def strip_solutions(source: str, chapter: int, counter: list[int], where: str) -> str:
+    """Replace every solution region of one cell's source by a stub.
+
+    ``counter`` holds the number of regions seen so far in the notebook and is
+    advanced in place (it numbers the exercises N.1, N.2, ...).
+    """
+    lines = source.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == END:
+            raise ReleaseError(f"{where}: '{END}' without '{BEGIN}' (line {i + 1})")
+        if lines[i].strip() != BEGIN:
+            out.append(lines[i])
+            i += 1
+            continue
+        start = i
+        name = _enclosing_def(lines, start)
+        if name is None:
+            raise ReleaseError(f"{where}: '{BEGIN}' on line {start + 1} is not inside a def")
+        hint = None
+        i += 1
+        while i < len(lines) and lines[i].strip() != END:
+            if lines[i].strip() == BEGIN:
+                raise ReleaseError(f"{where}: nested '{BEGIN}' on line {i + 1}")
+            if lines[i].strip().startswith(HINT):
+                hint = lines[i].strip()[len(HINT):].strip()
+            i += 1
+        if i == len(lines):
+            raise ReleaseError(f"{where}: '{BEGIN}' on line {start + 1} has no '{END}'")
+        if not hint:
+            raise ReleaseError(f"{where}: the solution of {name} has no '{HINT} ...' line")
+        counter[0] += 1
+        message = f"{name}: {hint} (see exercise {chapter}.{counter[0]})"
+        literal = json.dumps(message, ensure_ascii=False)  # a JSON string is a valid Python literal
+        out.append(f"{_indent(lines[start])}raise NotImplementedError({literal})")
+        i += 1  # skip the END line
+    return "\n".join(out)
+
+
+def make_exercise(solution: NotebookNode, source_name: str, chapter: int) -> NotebookNode:
+    """The exercise notebook generated from one solution notebook."""
+    counter = [0]
+    cells = []
+    notice = nbformat.v4.new_markdown_cell(
+        f"*Generated from `solutions/{source_name}` by `python -m grader.release` — don't edit; "
+        f"edit the solution notebook and run `python -m grader.release` again.*"
+    )
+    notice.id = NOTICE_ID
+    cells.append(notice)
+    for index, cell in enumerate(solution.cells):
+        tags = list(cell.get("metadata", {}).get("tags", []))
+        if SOLUTION_ONLY in tags:
+            continue
+        metadata = {"tags": tags} if tags else {}
+        if cell.cell_type == "code":
+            source = strip_solutions(cell.source, chapter, counter, f"{source_name} cell {index}")
+            new = nbformat.v4.new_code_cell(source, metadata=metadata)
+        elif cell.cell_type == "markdown":
+            new = nbformat.v4.new_markdown_cell(cell.source, metadata=metadata)
+        else:
+            new = nbformat.v4.new_raw_cell(cell.source, metadata=metadata)
+        new.id = cell.get("id") or f"cell-{index}"
+        cells.append(new)
+    if counter[0] == 0:
+        raise ReleaseError(f"{source_name}: no '{BEGIN}' region, so nothing to exercise")
+    # Only stable metadata: the Python version recorded by the last execution of
+    # the solution must not make the exercise look stale.
+    metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    }
+    nb = nbformat.v4.new_notebook(cells=cells, metadata=metadata)
+    nbformat.validate(nb)
+    return nb
+
+
+def normalised(nb: NotebookNode) -> str:
+    return nbformat.writes(nb)
+
+
+def plan(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES) -> dict[Path, str | None]:
+    """What each file in ``exercises`` should contain (None: it should not exist)."""
+    wanted: dict[Path, str | None] = {}
+    for path in sorted(solutions.glob("ex*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        wanted[exercises / path.name] = normalised(make_exercise(nb, path.name, chapter_of(path)))
+    for path in sorted(exercises.glob("ex*.ipynb")):
+        wanted.setdefault(path, None)
+    return wanted
+
+
+def stale(wanted: dict[Path, str | None]) -> list[Path]:
+    """Files whose current state differs from ``wanted``."""
+    out = []
+    for path, text in wanted.items():
+        if text is None:
+            out.append(path)
+        elif not path.exists() or normalised(nbformat.read(path, as_version=4)) != text:
+            out.append(path)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader.release", description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if exercises/ is stale; write nothing")
+    args = parser.parse_args(argv)
+    try:
+        wanted = plan()
+    except ReleaseError as e:
+        print(f"release: {e}", file=sys.stderr)
+        return 2
+    todo = stale(wanted)
+    if args.check:
+        for path in todo:
+            print(f"stale: {path.relative_to(ROOT)}")
+        if todo:
+            print("run `python -m grader.release` to regenerate exercises/ from solutions/")
+        return 1 if todo else 0
+    EXERCISES.mkdir(exist_ok=True)
+    for path in todo:
+        text = wanted[path]
+        if text is None:
+            path.unlink()
+            print(f"removed {path.relative_to(ROOT)} (no solution notebook)")
+        else:
+            path.write_text(text + "\n", encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    if not todo:
+        print("exercises/ is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The exercise notebooks are generated from the solution notebooks (grader/release.py)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from grader import release
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+
+# The exercise contract: chapter notebook -> its graded functions, in order.
+CHAPTERS = {
+    "ex01_leakage": ("causal_mask", "influence_matrix"),
+    "ex02_softmax": ("to_additive", "masked_softmax", "attention"),
+    "ex03_padding": ("padding_mask",),
+    "ex04_combining": ("decoder_mask",),
+    "ex05_cross_attention": ("encoder_decoder_masks", "multi_head_attention"),
+    "ex06_kv_cache": ("kv_cache_attention",),
+    "ex07_beyond_triangle": ("sliding_window_mask", "prefix_lm_mask", "document_mask"),
+}
+CONTRACT = [name for names in CHAPTERS.values() for name in names]
+# Names that would be the answer: no exercise function may use them.
+FORBIDDEN = {"attnmask", "scaled_dot_product_attention", "MultiheadAttention",
+             "multi_head_attention_forward", "flex_attention"}
+STUB = re.compile(r"^(?P<name>\w+): (?P<hint>.+) \(see exercise (?P<ch>\d+)\.(?P<m>\d+)\)$")
+
+
+def _read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def _code(nb: nbformat.NotebookNode, *, keep_solution_only: bool = True) -> str:
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and (keep_solution_only or release.SOLUTION_ONLY not in c.metadata.get("tags", []))]
+    return "\n\n".join(c.source for c in cells)
+
+
+def _functions(source: str) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
+
+
+def _regions(source: str) -> list[list[str]]:
+    """The lines between each BEGIN/END SOLUTION pair."""
+    out, current = [], None
+    for line in source.split("\n"):
+        if line.strip() == release.BEGIN:
+            current = []
+        elif line.strip() == release.END:
+            out.append(current)
+            current = None
+        elif current is not None:
+            current.append(line)
+    return out
+
+
+# --------------------------------------------------------------------------- the real notebooks
+
+def test_chapter_files_exist():
+    assert sorted(p.stem for p in SOLUTIONS.glob("ex*.ipynb")) == sorted(CHAPTERS)
+    assert sorted(p.stem for p in EXERCISES.glob("ex*.ipynb")) == sorted(CHAPTERS)
+
+
+def test_exercises_are_up_to_date():
+    stale = release.stale(release.plan())
+    assert not stale, (
+        f"stale exercise notebooks: {[str(p.relative_to(ROOT)) for p in stale]}; "
+        "run `python -m grader.release` after editing solutions/"
+    )
+
+
+def test_release_check_cli_passes_on_the_tree():
+    done = subprocess.run([sys.executable, "-m", "grader.release", "--check"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_each_contract_function_is_in_exactly_one_solution_notebook():
+    where: dict[str, list[str]] = {name: [] for name in CONTRACT}
+    for path in sorted(SOLUTIONS.glob("ex*.ipynb")):
+        for name in _functions(_code(_read(path))):
+            if name in where:
+                where[name].append(path.stem)
+    for stem, names in CHAPTERS.items():
+        for name in names:
+            assert where[name] == [stem], f"{name} is defined in {where[name]}; expected only in {stem}"
+
+
+@pytest.mark.parametrize("stem", sorted(CHAPTERS))
+def test_exercise_stubs_raise_with_a_hint(stem):
+    nb = _read(EXERCISES / f"{stem}.ipynb")
+    source = _code(nb)
+    functions = _functions(source)
+    chapter = int(stem[2:4])
+    for m, name in enumerate(CHAPTERS[stem], start=1):
+        assert name in functions, f"{stem}: {name} missing from the exercise"
+        # Run the def alone (no grader import needed) and call it with placeholder arguments.
+        namespace: dict = {}
+        module = compile(ast.Module([functions[name]], []), stem, "exec")
+        exec(module, {"torch": torch, "math": math}, namespace)
+        fn = namespace[name]
+        args = [None for p in inspect.signature(fn).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        with pytest.raises(NotImplementedError) as info:
+            fn(*args)
+        found = STUB.match(str(info.value))
+        assert found, f"{stem}: {name} raises {info.value!r}, not '<function>: <hint> (see exercise N.M)'"
+        assert found["name"] == name and found["hint"].strip()
+        assert (int(found["ch"]), int(found["m"])) == (chapter, m)
+
+
+@pytest.mark.parametrize("stem", sorted(CHAPTERS))
+def test_exercises_are_clean(stem):
+    nb = _read(EXERCISES / f"{stem}.ipynb")
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and f"solutions/{stem}.ipynb" in first.source
+    assert "python -m grader.release" in first.source and "don't edit" in first.source
+    for cell in nb.cells:
+        assert release.SOLUTION_ONLY not in cell.metadata.get("tags", [])
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+            assert release.BEGIN not in cell.source and release.END not in cell.source
+
+
+@pytest.mark.parametrize("stem", sorted(CHAPTERS))
+def test_no_solution_code_leaks(stem):
+    solution = _read(SOLUTIONS / f"{stem}.ipynb")
+    kept = _code(solution, keep_solution_only=False)
+    inside = {line.strip() for region in _regions(kept) for line in region}
+    outside = {line.strip() for line in kept.split("\n")} - inside
+    exercise = {line.strip() for line in _code(_read(EXERCISES / f"{stem}.ipynb")).split("\n")}
+    secret = {line for line in inside - outside if line and not line.startswith("#")}
+    assert secret, f"{stem}: no solution code found"
+    leaked = sorted(secret & exercise)
+    assert not leaked, f"{stem}: solution lines in the exercise: {leaked}"
+
+
+@pytest.mark.parametrize("stem", sorted(CHAPTERS))
+def test_solutions_use_only_torch_and_math(stem):
+    source = _code(_read(SOLUTIONS / f"{stem}.ipynb"))
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            assert not any(m.split(".")[0] == "attnmask" for m in modules), f"{stem} imports attnmask"
+    functions = _functions(source)
+    for name in CHAPTERS[stem]:
+        used = {n.id for n in ast.walk(functions[name]) if isinstance(n, ast.Name)}
+        used |= {n.attr for n in ast.walk(functions[name]) if isinstance(n, ast.Attribute)}
+        assert not used & FORBIDDEN, f"{stem}: {name} uses {sorted(used & FORBIDDEN)}"
+        later = set(CONTRACT[CONTRACT.index(name) + 1:]) | (set(CONTRACT) - set(CHAPTERS[stem]))
+        assert not used & later, f"{stem}: {name} calls {sorted(used & later)} from another exercise"
+
+
+# --------------------------------------------------------------------------- the generator itself
+
+def _solution_nb(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    for i, c in enumerate(cells):
+        c.id = f"c{i}"
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+SOURCE = '''def f(x):
+    """Doc."""
+    y = 1
+    # BEGIN SOLUTION
+    # HINT: add one
+    return x + y
+    # END SOLUTION
+
+
+class K:
+    def g(self):
+        if True:
+            # BEGIN SOLUTION
+            # HINT: two
+            return 2
+            # END SOLUTION'''
+
+
+def test_strip_solutions_indents_names_and_numbers():
+    counter = [0]
+    out = release.strip_solutions(SOURCE, 4, counter, "test")
+    assert counter == [2]
+    assert '    raise NotImplementedError("f: add one (see exercise 4.1)")' in out.split("\n")
+    assert '            raise NotImplementedError("g: two (see exercise 4.2)")' in out.split("\n")
+    assert "return x + y" not in out and "HINT" not in out
+    assert '    y = 1' in out
+    ast.parse(out)
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("def f():\n    # BEGIN SOLUTION\n    # HINT: h\n    return 1\n", "no '# END SOLUTION'"),
+    ("def f():\n    return 1\n    # END SOLUTION\n", "without"),
+    ("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n", "HINT"),
+    ("# BEGIN SOLUTION\n# HINT: h\nx = 1\n# END SOLUTION\n", "not inside a def"),
+    ("def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n", "nested"),
+])
+def test_strip_solutions_rejects_bad_markers(bad, why):
+    with pytest.raises(release.ReleaseError, match=why):
+        release.strip_solutions(bad, 1, [0], "test")
+
+
+def test_hint_with_quotes_gives_valid_python():
+    src = 'def f():\n    # BEGIN SOLUTION\n    # HINT: use "x" and \\n\n    pass\n    # END SOLUTION'
+    out = release.strip_solutions(src, 1, [0], "test")
+    ns: dict = {}
+    exec(out, ns)
+    with pytest.raises(NotImplementedError, match='use "x"'):
+        ns["f"]()
+
+
+def test_make_exercise_drops_solution_only_and_outputs():
+    code = nbformat.v4.new_code_cell(SOURCE, execution_count=3,
+                                     outputs=[nbformat.v4.new_output("stream", text="hi\n")])
+    demo = nbformat.v4.new_code_cell("print(f(1))", metadata={"tags": ["solution-only"]})
+    nb = _solution_nb([nbformat.v4.new_markdown_cell("# Title"), code, demo])
+    ex = release.make_exercise(nb, "ex04_x.ipynb", 4)
+    assert [c.id for c in ex.cells] == [release.NOTICE_ID, "c0", "c1"]
+    assert "solutions/ex04_x.ipynb" in ex.cells[0].source
+    assert ex.cells[2].outputs == [] and ex.cells[2].execution_count is None
+    assert "print(f(1))" not in nbformat.writes(ex)
+
+
+def test_plan_and_stale(tmp_path):
+    sol, exe = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    exe.mkdir()
+    nb = _solution_nb([nbformat.v4.new_code_cell(SOURCE)])
+    nbformat.write(nb, sol / "ex02_demo.ipynb")
+    (exe / "ex09_orphan.ipynb").write_text(nbformat.writes(nb))
+    wanted = release.plan(sol, exe)
+    assert set(release.stale(wanted)) == {exe / "ex02_demo.ipynb", exe / "ex09_orphan.ipynb"}
+    (exe / "ex09_orphan.ipynb").unlink()
+    del wanted[exe / "ex09_orphan.ipynb"]
+    (exe / "ex02_demo.ipynb").write_text(wanted[exe / "ex02_demo.ipynb"])
+    assert release.stale(wanted) == []
+    # Any edit to the solution makes the exercise stale again.
+    nb.cells[0].source = nb.cells[0].source.replace("add one", "add 1")
+    nbformat.write(nb, sol / "ex02_demo.ipynb")
+    assert release.stale(release.plan(sol, exe)) == [exe / "ex02_demo.ipynb"]
