@@ -1,0 +1,165 @@
+"""Gradescope autograder bundle: build it, and the grading step it runs.
+
+``python -m grader.gradescope build OUT_DIR [--seed N]`` writes ``OUT_DIR/autograder/``
+and ``OUT_DIR/autograder.zip`` (upload the zip to Gradescope). The zip holds, at its
+root: ``setup.sh`` (run once when Gradescope builds the image: a Python 3.11 venv with
+the pinned runtime requirements and this bundle's packages), ``run_autograder`` (run for
+every submission), ``requirements.txt``, ``pyproject.toml``, ``README.md``, the packages
+``attnmask`` and ``grader``, and ``grader_seed`` -- the hidden-case seed, which only the
+instructor and Gradescope see.
+
+``python -m grader.gradescope run`` is what ``run_autograder`` calls: it copies
+``$AUTOGRADER_ROOT/submission`` (default ``/autograder``) to a scratch folder, grades it
+with the engine's CLI under a wall-time limit, and always leaves a valid
+``results/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import stat
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from .classroom import (
+    failure_results,
+    grading_target,
+    log_tail,
+    read_results,
+    run_limited,
+    runtime_requirements,
+    single_thread_env,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATES = Path(__file__).resolve().parent / "templates" / "gradescope"
+SEED_FILE = "grader_seed"
+#: Gradescope's default overall limit is 10 minutes; stop a little earlier so the
+#: student still gets a results file that says why.
+DEFAULT_TIMEOUT = 540.0
+_EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+
+
+def _resolve_seed(seed: int | None) -> tuple[int, str]:
+    if seed is not None:
+        return seed, "--seed"
+    env = os.environ.get("GRADER_SEED", "").strip()
+    if env:
+        try:
+            return int(env), "$GRADER_SEED"
+        except ValueError:
+            raise SystemExit(f"GRADER_SEED must be an integer; got {env!r}.") from None
+    return random.SystemRandom().randrange(2**31), "drawn at random: note it to reproduce grades locally"
+
+
+def build(out_dir: Path, *, seed: int, repo: Path = REPO) -> Path:
+    """Write the bundle folder and its zip into ``out_dir``; returns the zip's path."""
+    bundle = out_dir / "autograder"
+    if bundle.exists():
+        shutil.rmtree(bundle)
+    bundle.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    for pkg in ("attnmask", "grader"):
+        if not (repo / pkg / "__init__.py").is_file():
+            raise SystemExit(f"{repo / pkg} is not a package; expected the course repository at {repo}.")
+        shutil.copytree(repo / pkg, bundle / pkg, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(repo / name, bundle / name)
+    # Gradescope installs the bundle itself (setup.sh), not the repository in editable mode.
+    reqs = runtime_requirements((repo / "requirements.txt").read_text(), keep_editable=False)
+    (bundle / "requirements.txt").write_text(reqs)
+    for name in ("setup.sh", "run_autograder"):
+        shutil.copy2(TEMPLATES / name, bundle / name)
+        (bundle / name).chmod(_EXECUTABLE)
+    (bundle / SEED_FILE).write_text(f"{seed}\n")
+    zip_path = out_dir / "autograder.zip"
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(bundle.rglob("*")):
+            if f.is_file():
+                info = zipfile.ZipInfo.from_file(f, f.relative_to(bundle).as_posix())
+                # Unix permissions live in the high 16 bits: run_autograder must stay executable.
+                info.external_attr = (f.stat().st_mode & 0xFFFF) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, f.read_bytes())
+    return zip_path
+
+
+def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.executable) -> dict:
+    """Grade ``root/submission`` into ``root/results/results.json`` (Gradescope's layout)."""
+    source, submission = root / "source", root / "submission"
+    results_dir = root / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    final = results_dir / "results.json"
+    final.unlink(missing_ok=True)
+    try:
+        seed = int((source / SEED_FILE).read_text().strip())
+    except (OSError, ValueError) as e:
+        results = failure_results(f"The autograder bundle has no valid {SEED_FILE} ({e}); rebuild it with "
+                                  f"`python -m grader.gradescope build`. Not your code's fault.")
+        final.write_text(json.dumps(results, indent=2))
+        return results
+    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:
+        work = Path(tmp) / "submission"
+        # The student's code runs against a scratch copy, never the harness's files.
+        if submission.is_dir():
+            shutil.copytree(submission, work, symlinks=True)
+        else:
+            work.mkdir()
+        target = grading_target(work)
+        if target is None:
+            names = ", ".join(sorted(p.name for p in work.iterdir())) or "nothing"
+            results = failure_results(f"No notebook (.ipynb) or .py file was found in your submission (it "
+                                      f"holds: {names}). Upload your exercise notebooks, e.g. "
+                                      f"ex01_leakage.ipynb.")
+        else:
+            private = Path(tmp) / "results.json"  # the engine writes here, out of the student's reach
+            argv = [python, "-m", "grader", str(target), "--json", str(private), "--seed", str(seed)]
+            log = Path(tmp) / "grader.log"
+            res = run_limited(argv, timeout=timeout, log=log, env=single_thread_env(), cwd=Path(tmp))
+            sys.stdout.write(log.read_text(errors="replace")[-20000:])  # Gradescope keeps stdout for staff
+            results = None if res.timed_out else read_results(private)
+            if res.timed_out:
+                results = failure_results(f"Grading took longer than {timeout:g} s and was stopped. Look for "
+                                          f"an infinite loop or very slow code, especially at import time.")
+            elif results is None:
+                results = failure_results(f"The grader stopped (exit status {res.returncode}) before writing "
+                                          f"results; last output: {log_tail(log) or '(none)'}. Please tell "
+                                          f"your instructor.")
+    final.write_text(json.dumps(results, indent=2))
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.gradescope",
+                                description="Build a Gradescope autograder bundle, or run it "
+                                            "(Gradescope's side).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="write OUT_DIR/autograder/ and OUT_DIR/autograder.zip")
+    b.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    b.add_argument("--seed", type=int, help="hidden-case seed baked into the bundle (default: $GRADER_SEED)")
+    r = sub.add_parser("run", help="grade $AUTOGRADER_ROOT/submission (what run_autograder calls)")
+    r.add_argument("--timeout", type=float,
+                   default=float(os.environ.get("AUTOGRADER_TIMEOUT", DEFAULT_TIMEOUT)),
+                   help="wall-time limit in seconds (default $AUTOGRADER_TIMEOUT or %(default)s)")
+    args = p.parse_args(argv)
+    if args.cmd == "build":
+        seed, origin = _resolve_seed(args.seed)
+        zip_path = build(args.out_dir, seed=seed)
+        print(f"Gradescope bundle: {zip_path} (seed {seed}, {origin}). Upload the zip as the assignment's "
+              f"autograder; keep it private -- it holds the seed.")
+        return 0
+    root = os.environ.get("AUTOGRADER_ROOT", "/autograder")
+    results = run(Path(root), timeout=args.timeout)
+    print(f"\nscore {results.get('score')} -> {root}/results/results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

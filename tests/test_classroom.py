@@ -1,0 +1,299 @@
+"""Class mode: a whole class graded in parallel, one row per student whatever they did.
+
+Most tests drive class mode with a fake grader command (a tiny script with the
+engine's CLI shape), so they test class mode's own duties -- discovery, the
+process-group kill, the manifest, grades.csv -- in a second or two. The last test
+runs the real engine on real notebooks end to end.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import classroom
+from grader.classroom import discover, exercise_of, grade_class, runtime_requirements
+
+REPO = Path(__file__).resolve().parent.parent
+EXERCISES = ("causal_mask", "attention", "multi_head_attention")
+
+# The fake grader: scores come from "name=points" lines in the submission; HANG hangs
+# (with a grandchild that must die too), OS_EXIT kills the process, a notebook that is
+# not JSON gets a zero with a message, as the engine does.
+FAKE = r'''
+import json, os, subprocess, sys, time
+from pathlib import Path
+
+sub, out, seed, extra = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+with open(os.environ["FAKE_CALLS"], "a") as fh:
+    fh.write(json.dumps({"sub": sub.name if sub.name != "exercises" else sub.parent.name,
+                         "seed": seed, "extra": extra}) + "\n")
+files = [sub] if sub.is_file() else sorted(p for p in sub.rglob("*") if p.is_file())
+text = "\n".join(p.read_text(errors="replace") for p in files)
+names = ["causal_mask", "attention", "multi_head_attention"]
+if "HANG" in text:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    Path(os.environ["FAKE_PIDS"]).open("a").write(f"{child.pid}\n")
+    print("importing the submission...", flush=True)
+    time.sleep(600)
+if "OS_EXIT" in text:
+    print("worker died: segmentation fault", flush=True)
+    os._exit(3)
+for p in files:
+    if p.suffix == ".ipynb":
+        try:
+            json.loads(p.read_text())
+        except ValueError:
+            why = f"{p.name} is not a valid notebook (corrupt JSON)"
+            out.write_text(json.dumps({"score": 0, "output": why,
+                                       "tests": [{"name": f"{n}", "score": 0, "max_score": 10,
+                                                  "output": "not found"} for n in names]}))
+            sys.exit(0)
+scores = {n: 0.0 for n in names}
+for line in text.splitlines():
+    if "=" in line and line.split("=")[0].strip() in scores:
+        scores[line.split("=")[0].strip()] = float(line.split("=")[1])
+tests = [{"name": f"{n} (chapter {i})", "score": s, "max_score": 10,
+          "output": "passed" if s == 10 else f"{n}: diagonal excluded\ngrid..."}
+         for i, (n, s) in enumerate(scores.items())]
+out.write_text(json.dumps({"score": sum(scores.values()), "max_score": 30, "tests": tests}))
+'''
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    script = tmp_path / "fake_grader.py"
+    script.write_text(FAKE)
+    calls, pids = tmp_path / "calls.jsonl", tmp_path / "pids.txt"
+    calls.touch()
+    pids.touch()
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+    monkeypatch.setenv("FAKE_PIDS", str(pids))
+
+    def command(sub, results, seed, extra):
+        return [sys.executable, str(script), str(sub), str(results), str(seed), *extra]
+
+    def calls_made():
+        return [json.loads(line) for line in calls.read_text().splitlines()]
+
+    command.calls = calls_made
+    command.pids = lambda: [int(x) for x in pids.read_text().split()]
+    return command
+
+
+def _class(root: Path) -> Path:
+    subs = root / "subs"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / "ex.py").write_text("causal_mask=10\nattention=10\nmulti_head_attention=10\n")
+    (subs / "bob.py").write_text("causal_mask=4\nattention=10\n")
+    (subs / "carol").mkdir()
+    (subs / "carol" / "ex.py").write_text("HANG at import\n")
+    (subs / "dave").mkdir()
+    (subs / "dave" / "ex.py").write_text("OS_EXIT\n")
+    (subs / "erin.ipynb").write_bytes(b"\x89PNG not a notebook {")
+    (subs / "frank").mkdir()  # empty folder
+    (subs / "grace").mkdir()  # a clone of the template repository: only exercises/ is graded
+    (subs / "grace" / "exercises").mkdir()
+    (subs / "grace" / "exercises" / "ex.py").write_text("causal_mask=10\n")
+    (subs / "grace" / "setup.py").write_text("HANG -- not the student's exercise, never graded\n")
+    (subs / ".DS_Store").write_text("x")
+    (subs / "notes.txt").write_text("not a student")
+    return subs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _read_csv(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, newline="") as fh:
+        return {r["student"]: r for r in csv.DictReader(fh)}
+
+
+def test_mixed_class_every_row_present_and_says_why(tmp_path, fake, capsys):
+    subs = _class(tmp_path)
+    out = tmp_path / "out"
+    t0 = time.perf_counter()
+    code = classroom.main([str(subs), "--out", str(out), "--jobs", "3", "--seed", "7", "--timeout", "3",
+                           "--no-progress"], command=fake, exercises=EXERCISES)
+    wall = time.perf_counter() - t0
+    assert code == 0
+    rows = _read_csv(out / "grades.csv")
+    assert sorted(rows) == ["alice", "bob", "carol", "dave", "erin", "frank", "grace"]
+    with open(out / "grades.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert header == ["student", *EXERCISES, "total", "max", "status", "message"]
+
+    assert rows["alice"]["status"] == "graded" and rows["alice"]["total"] == "30"
+    assert rows["alice"]["message"] == "full marks"
+    assert rows["bob"]["causal_mask"] == "4" and rows["bob"]["attention"] == "10"
+    assert rows["bob"]["multi_head_attention"] == "0" and rows["bob"]["total"] == "14"
+    assert "causal_mask: causal_mask: diagonal excluded" in rows["bob"]["message"]
+    assert rows["carol"]["status"] == "timeout" and "longer than 3 s" in rows["carol"]["message"]
+    assert "importing the submission" in rows["carol"]["message"]  # the log's last line says where
+    assert rows["dave"]["status"] == "crashed" and "code 3" in rows["dave"]["message"]
+    assert "segmentation fault" in rows["dave"]["message"]
+    assert rows["erin"]["status"] == "graded" and rows["erin"]["total"] == "0"
+    assert "not a valid notebook" in (out / "erin" / "results.json").read_text()
+    assert rows["frank"]["status"] == "empty" and "nothing to grade" in rows["frank"]["message"]
+    assert rows["grace"]["status"] == "graded" and rows["grace"]["total"] == "10"
+    for r in rows.values():  # failures are scored against the class's max too
+        assert r["max"] == "30"
+    for name in rows:  # every student has a valid results.json, failures included
+        data = json.loads((out / name / "results.json").read_text())
+        assert "score" in data and isinstance(data["tests"], list)
+
+    # The hanging submission's grandchild died with its process group.
+    assert fake.pids() and not any(_alive(p) for p in fake.pids())
+    # Three workers: the 3 s hang overlaps the others instead of adding to them.
+    assert wall < 3 * 3, f"class mode took {wall:.1f} s"
+
+    printed = capsys.readouterr().out
+    assert "seed 7" in printed and "failures" in printed and "carol" in printed
+    calls = fake.calls()
+    assert {c["sub"] for c in calls} == {"alice", "bob.py", "carol", "dave", "erin.ipynb", "grace"}
+    assert all(c["seed"] == 7 for c in calls)
+
+
+def test_rerun_skips_unchanged_and_regrade_forces(tmp_path, fake):
+    subs = tmp_path / "subs"
+    for name, body in [("alice", "causal_mask=10\n"), ("bob", "attention=3\n"), ("carol", "attention=10\n")]:
+        (subs / name).mkdir(parents=True)
+        (subs / name / "ex.py").write_text(body)
+    out = tmp_path / "out"
+
+    def run(*extra):
+        classroom.main([str(subs), "--out", str(out), "--jobs", "2", "--timeout", "20", "--no-progress",
+                        *extra], command=fake, exercises=EXERCISES)
+        return _read_csv(out / "grades.csv")
+
+    first = run("--seed", "1")
+    assert len(fake.calls()) == 3
+    second = run("--seed", "1")
+    assert len(fake.calls()) == 3, "nothing changed, nothing regraded"
+    assert second == first  # skipped rows come back from the manifest unchanged
+
+    (subs / "bob" / "ex.py").write_text("attention=9\n")
+    third = run("--seed", "1")
+    assert [c["sub"] for c in fake.calls()[3:]] == ["bob"]
+    assert third["bob"]["attention"] == "9" and third["alice"] == first["alice"]
+
+    run()  # no --seed: the manifest's seed is reused, so still nothing to do
+    assert len(fake.calls()) == 4
+    run("--seed", "2")  # a new seed regrades everyone
+    assert len(fake.calls()) == 7 and all(c["seed"] == 2 for c in fake.calls()[4:])
+    run("--seed", "2", "--exercise", "attention")  # other options: other grades
+    assert len(fake.calls()) == 10 and fake.calls()[-1]["extra"] == ["--exercise", "attention"]
+    run("--seed", "2", "--exercise", "attention", "--regrade")
+    assert len(fake.calls()) == 13
+
+
+def test_results_file_is_this_runs_not_a_stale_one(tmp_path, fake):
+    subs = tmp_path / "subs"
+    (subs / "dave").mkdir(parents=True)
+    (subs / "dave" / "ex.py").write_text("OS_EXIT\n")
+    out = tmp_path / "out"
+    (out / "dave").mkdir(parents=True)
+    (out / "dave" / "results.json").write_text(json.dumps({"score": 30, "max_score": 30, "tests": []}))
+    rows = grade_class(subs, out, jobs=1, seed=0, timeout=20, command=fake, exercises=EXERCISES,
+                       progress=False)
+    assert rows[0].status == "crashed" and rows[0].total == 0
+    assert json.loads((out / "dave" / "results.json").read_text())["score"] == 0
+
+
+def test_discovery_names_and_collisions(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in ["zoe.py", "amy.ipynb", "amy.py", "bo b", "bo?b", "readme.md"]:
+        p = subs / name
+        p.mkdir() if "." not in name else p.write_text("")
+    students, ignored = discover(subs)
+    assert [s.name for s in students] == ["amy.ipynb", "amy.py", "bo b", "bo?b", "zoe"]
+    assert len({s.slug for s in students}) == len(students)
+    assert all("/" not in s.slug and " " not in s.slug and "?" not in s.slug for s in students)
+    assert [p.name for p in ignored] == ["readme.md"]
+    with pytest.raises(SystemExit, match="expected a folder of submissions"):
+        discover(tmp_path / "nope")
+
+
+def test_exercise_of_matches_whole_names():
+    names = ("attention", "multi_head_attention", "kv_cache_attention", "causal_mask")
+    assert exercise_of("multi_head_attention (ch. 5)", names) == "multi_head_attention"
+    assert exercise_of("ch2: attention", names) == "attention"
+    assert exercise_of("kv_cache_attention", names) == "kv_cache_attention"
+    assert exercise_of("causal_masks", names) is None
+
+
+def test_gh_outputs_format_read_by_the_classroom_reporter(tmp_path):
+    results = {"score": 14.5, "max_score": 30, "tests": [
+        {"name": "causal_mask", "score": 10, "max_score": 10, "output": "ok"},
+        {"name": "attention", "score": 4.5, "max_score": 10, "output": "mask applied after the softmax"},
+        {"name": "multi_head_attention", "score": 0, "max_score": 10, "output": "not implemented yet"}]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    gh_out = tmp_path / "github_output"
+    gh_out.write_text("earlier=1\n")
+    proc = subprocess.run([sys.executable, "-m", "grader.classroom", "gh-outputs", str(path)],
+                          capture_output=True, text=True, env={**os.environ, "GITHUB_OUTPUT": str(gh_out)},
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    lines = gh_out.read_text().splitlines()
+    assert lines[0] == "earlier=1" and lines[1].startswith("result=")
+    payload = json.loads(base64.b64decode(lines[1].removeprefix("result=")))
+    # What the reporter reads: top-level max_score and status, tests[].score/status/name/message.
+    assert payload["max_score"] == 30 and payload["status"] == "fail"
+    assert sum(t["score"] for t in payload["tests"]) == 14.5
+    assert [t["status"] for t in payload["tests"]] == ["pass", "fail", "fail"]
+    assert payload["tests"][1]["message"] == "mask applied after the softmax"
+    assert "Points 14.5/30" in proc.stderr
+
+    missing = classroom.classroom_result(classroom.read_results(tmp_path / "nope.json"))
+    assert missing["status"] == "error" and missing["max_score"] == 0
+
+
+def test_runtime_requirements_drop_dev_tools_keep_pins():
+    text = (REPO / "requirements.txt").read_text()
+    kept = runtime_requirements(text, keep_editable=False)
+    assert "torch==2.13.0" in kept and "nbformat" in kept and "rich" in kept
+    assert not any(line.startswith(("ruff", "pytest", "jupyter-book", "nbval", "hypothesis", "-e"))
+                   for line in kept.splitlines())
+    assert "-e ." in runtime_requirements(text)
+
+
+def test_template_repository_has_no_solutions(tmp_path):
+    dest = classroom.build_template(REPO, tmp_path / "template")
+    assert (dest / ".github" / "workflows" / "classroom.yml").is_file()
+    assert (dest / "grader" / "__init__.py").is_file() and (dest / "attnmask" / "__init__.py").is_file()
+    assert not (dest / "solutions").exists() and not (dest / "tests").exists()
+    assert not list(dest.rglob("__pycache__"))
+
+
+def test_an_internal_failure_costs_one_row_only(tmp_path, fake):
+    subs = tmp_path / "subs"
+    for name in ("alice", "bob"):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "ex.py").write_text("causal_mask=10\n")
+
+    def flaky(sub, results, seed, extra):
+        if "bob" in str(sub):
+            raise OSError("disk full")
+        return fake(sub, results, seed, extra)
+
+    rows = grade_class(subs, tmp_path / "out", jobs=2, seed=0, timeout=20, command=flaky, exercises=EXERCISES,
+                       progress=False)
+    assert [r.status for r in rows] == ["graded", "crashed"]
+    assert "disk full" in rows[1].message
+    shutil.rmtree(tmp_path / "out")
