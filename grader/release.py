@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         for path in todo:
             print(f"stale: {path.relative_to(ROOT)}")
-        if todo:
-            print("run `python -m grader.release` to regenerate exercises/ from solutions/")
+        print("run `python -m grader.release` to regenerate exercises/ from solutions/" if todo
+              else "exercises/ is up to date")
         return 1 if todo else 0
     EXERCISES.mkdir(exist_ok=True)
     for path in todo:
