@@ -1,0 +1,186 @@
+"""Time and peak memory of causal attention: explicit path, fused path, PyTorch SDPA.
+
+    python scripts/bench_attention.py                      # L = 256 .. 2048 on the CPU
+    python scripts/bench_attention.py --lengths 512 4096 --device cuda
+
+Three ways to compute causal self-attention of ``q, k, v (B, H, L, d)``:
+
+* ``explicit``: ``attnmask.attention(q, k, v, causal_mask(L))`` -- builds the
+  ``(B, H, L, L)`` scores and weights, so it can return the weights;
+* ``fused``: the same call with ``need_weights=False``, which hands the boolean
+  mask to ``F.scaled_dot_product_attention``;
+* ``sdpa``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, no mask
+  tensor at all. Ratios in the table are relative to this one.
+
+The mask is built before the measurement, like q, k and v: its cost (L * L bytes,
+4 MiB at L = 2048) is an input to the first two methods, not part of the call.
+
+How the figures are taken, all in one run of this script:
+
+* Time: the median wall time of at least ``--repeats`` calls (more for short
+  calls, until 0.3 s have been timed) after ``--warmup`` calls, with
+  ``time.perf_counter`` (and ``torch.cuda.synchronize`` on CUDA).
+* Peak extra memory on the CPU: each (method, L) runs in a *fresh* Python
+  process, because ``ru_maxrss`` (the process's RSS high-water mark) can only go
+  up. The process creates its inputs, warms the library up on a tiny problem
+  (L = 32, so one-time initialisation is not charged to the call), reads its
+  current RSS from ``/proc/self/statm``, makes *one* call, and reports
+  ``ru_maxrss - RSS before``: every page the call touched at its peak, including
+  temporaries that were freed before it returned and the output it returns.
+  If the high-water mark before the call was already above the RSS, a smaller
+  peak would be hidden; the script then marks the figure with ``*`` (a lower
+  bound). Resolution is a page (KiB); a few hundred KiB is noise.
+* Peak extra memory on CUDA: ``torch.cuda.max_memory_allocated()`` minus
+  ``torch.cuda.memory_allocated()`` before the call, after
+  ``reset_peak_memory_stats`` (caching-allocator bytes, exact).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+METHODS = ("explicit", "fused", "sdpa")
+MIN_TIMING_S = 0.3
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _maxrss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _make_call(method: str, L: int, args):
+    import torch
+    import torch.nn.functional as F
+
+    import attnmask as am
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    shape = (args.batch, args.heads, L, args.head_dim)
+    dtype = getattr(torch, args.dtype)
+    q, k, v = (torch.randn(shape, generator=g, dtype=dtype).to(args.device) for _ in range(3))
+    mask = am.causal_mask(L, device=args.device)  # (L, L), an input like q, k, v
+    if method == "explicit":
+        return lambda: am.attention(q, k, v, mask)[0]
+    if method == "fused":
+        return lambda: am.attention(q, k, v, mask, need_weights=False)[0]
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def worker(method: str, L: int, args) -> dict:
+    """Measure one (method, L) in this process; return the figures as a dict."""
+    import torch
+
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    with torch.inference_mode():
+        _make_call(method, 32, args)()  # one-time initialisation, on a tiny problem
+        call = _make_call(method, L, args)
+        sync()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            out = call()
+            sync()
+            peak, hidden = torch.cuda.max_memory_allocated() - before, False
+        else:
+            before, high_before = _rss_bytes(), _maxrss_bytes()
+            out = call()
+            peak = _maxrss_bytes() - before
+            hidden = high_before > before + 1024 * 1024 and _maxrss_bytes() == high_before
+        del out
+        for _ in range(args.warmup):
+            call()
+        sync()
+        times = []
+        # Short calls are repeated for at least MIN_TIMING_S so that the median
+        # is not at the mercy of one scheduler hiccup.
+        while len(times) < args.repeats or (sum(times) < MIN_TIMING_S and len(times) < 200):
+            t0 = time.perf_counter()
+            call()
+            sync()
+            times.append(time.perf_counter() - t0)
+    return {"method": method, "L": L, "time_s": statistics.median(times), "peak_bytes": peak,
+            "lower_bound": hidden, "threads": torch.get_num_threads()}
+
+
+def run_fresh(method: str, L: int, args) -> dict:
+    """Run :func:`worker` in a new interpreter, so the RSS high-water mark starts low."""
+    cmd = [sys.executable, __file__, "--worker", method, str(L), *_shared_flags(args)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {method} L={L} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _shared_flags(args) -> list[str]:
+    return ["--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
+            "--dtype", args.dtype, "--device", args.device, "--warmup", str(args.warmup),
+            "--repeats", str(args.repeats)]
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:8.1f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--worker", nargs=2, metavar=("METHOD", "L"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    import torch
+
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], int(args.worker[1]), args)))
+        return
+
+    cuda = args.device.startswith("cuda")
+    started = time.perf_counter()
+    rows = {}
+    for L in args.lengths:
+        for method in METHODS:
+            rows[L, method] = worker(method, L, args) if cuda else run_fresh(method, L, args)
+    threads = rows[args.lengths[0], "sdpa"]["threads"]
+    where = torch.cuda.get_device_name() if cuda else f"CPU, {threads} threads"
+    memory = "torch.cuda.max_memory_allocated" if cuda else "ru_maxrss - RSS before, fresh process each"
+    print(f"causal self-attention, B={args.batch} H={args.heads} d={args.head_dim} {args.dtype}, "
+          f"{where}, torch {torch.__version__}")
+    print(f"time: median of >= {args.repeats} calls after {args.warmup} warm-up; "
+          f"peak extra memory: {memory}")
+    print(f"the (B, H, L, L) scores alone take B*H*L*L*{torch.finfo(getattr(torch, args.dtype)).bits // 8} "
+          "bytes\n")
+    print(f"{'L':>6} {'method':>9} {'time ms':>9} {'x sdpa':>7} {'peak MiB':>9} {'x sdpa':>7}")
+    for L in args.lengths:
+        base = rows[L, "sdpa"]
+        for method in METHODS:
+            r = rows[L, method]
+            t_ratio = r["time_s"] / base["time_s"]
+            m_ratio = f"{r['peak_bytes'] / base['peak_bytes']:7.1f}" if base["peak_bytes"] > 0 else "    n/a"
+            star = "*" if r["lower_bound"] else " "
+            print(f"{L:>6} {method:>9} {r['time_s'] * 1e3:9.2f} {t_ratio:7.2f} {_mib(r['peak_bytes'])}{star}"
+                  f"{m_ratio}")
+    print(f"\ntotal benchmark time {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
