@@ -7,6 +7,8 @@ trusted process never touch the student's objects.
 
 from __future__ import annotations
 
+import os
+import sysconfig
 import time
 from typing import Any
 
@@ -70,7 +72,8 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     try:
         result = fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 -- a student's SystemExit is an outcome too
-        return Outcome(error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+        return Outcome(error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0,
+                       where=_where(e.__traceback__))
     seconds = time.perf_counter() - t0
     output, devices = to_plain(result)
     grads = None
@@ -80,6 +83,25 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
         None if b is None else _after(a, b) for a, b in zip(args, before)
     )
     return Outcome(output=output, devices=devices, args_after=args_after, grads=grads, seconds=seconds)
+
+
+# Frames in these folders are library code; the innermost frame elsewhere is the student's.
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(p) + os.sep
+    for p in (torch.__file__, __file__)
+) + tuple(d + os.sep for d in {sysconfig.get_path("stdlib"), sysconfig.get_path("purelib")} if d)
+
+
+def _where(tb) -> str | None:
+    """"line N of <file>" for the innermost frame of the traceback in the student's code."""
+    where = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        name = code.co_filename
+        if not name.startswith(_LIBRARY_DIRS) and not name.startswith("<frozen"):
+            where = f"line {tb.tb_lineno} of {name.strip('<>')}"
+        tb = tb.tb_next
+    return where
 
 
 def _after(a: torch.Tensor, before: torch.Tensor) -> Any:

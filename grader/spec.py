@@ -61,6 +61,7 @@ class Outcome:
     args_after: tuple | None = None
     grads: Any = None  # gradients of sum(outputs) w.r.t. float args, when requested
     seconds: float = 0.0
+    where: str | None = None  # with error: the innermost line of the student's code, "line 3 of cell 4 of x"
 
 
 @dataclass

@@ -1,0 +1,164 @@
+"""``python -m grader SUBMISSION``: grade a notebook, a .py file or a folder of them.
+
+Prints a table (exercise, score, status, first failing property) with a
+progress bar while it runs, then feedback on what failed. Optional outputs:
+``--json`` (Gradescope results.json), ``--junit`` (JUnit XML), ``--markdown``
+(a CI job summary, e.g. ``$GITHUB_STEP_SUMMARY``).
+
+Exit status 0 whenever grading completed, whatever the score; 2 for usage
+errors (a path that does not exist, an unknown exercise, bad options), and
+even then ``--json`` gets a results file that says what went wrong.
+
+``python -m grader class ...`` grades a whole class (see :mod:`grader.classroom`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+USAGE_ERROR = 2
+SEED_ENV = "GRADER_SEED"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that leaves a results file behind when it rejects the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        _json_for_usage_error(sys.argv[1:] if self._argv is None else self._argv, message)
+        super().error(message)
+
+    _argv: Sequence[str] | None = None
+
+
+def _json_for_usage_error(argv: Sequence[str], message: str) -> None:
+    path = None
+    for i, a in enumerate(argv):
+        if a == "--json" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif a.startswith("--json="):
+            path = a.split("=", 1)[1]
+    if path:
+        from .report import failure_json
+
+        try:
+            failure_json(f"Not graded, the grader was called wrongly: {message}", path)
+        except OSError:
+            pass
+
+
+def build_parser() -> _Parser:
+    p = _Parser(
+        prog="python -m grader",
+        description="Grade attention-masking exercises: a notebook, a .py file, or a folder of them.",
+        epilog="Exit status: 0 when grading completed (whatever the score), 2 for usage errors. "
+               "`python -m grader class DIR` grades a whole class.",
+    )
+    p.add_argument("submission", help="an exercise notebook (.ipynb), a .py file, or a folder of them")
+    p.add_argument("--json", metavar="PATH", help="write Gradescope results.json here")
+    p.add_argument("--junit", metavar="PATH", help="write JUnit XML here")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"seed of the hidden cases (default: ${SEED_ENV}, else a fixed seed)")
+    p.add_argument("--exercise", action="append", metavar="NAME",
+                   help="grade only this exercise (repeatable)")
+    p.add_argument("--public-only", action="store_true", help="run only the public checks")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="time limit per exercise (default 10)")
+    p.add_argument("--memory", type=int, default=2048, metavar="MIB",
+                   help="memory the submission may use beyond torch's own (default 2048)")
+    p.add_argument("--quiet", action="store_true", help="no terminal report (files only)")
+    return p
+
+
+def _seed(args) -> int:
+    from .engine import DEFAULT_SEED
+
+    if args.seed is not None:
+        return args.seed
+    env = os.environ.get(SEED_ENV, "").strip()
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            raise ValueError(f"${SEED_ENV} must be an integer; got {env!r}") from None
+    return DEFAULT_SEED
+
+
+def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "class":
+        from .classroom import main as class_main
+
+        return class_main(argv[1:])
+    parser = build_parser()
+    parser._argv = argv
+    args = parser.parse_args(argv)
+
+    from . import engine, report
+
+    try:
+        seed = _seed(args)
+        timeout = engine.DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+        if timeout <= 0:
+            raise ValueError(f"--timeout must be positive; got {timeout:g}")
+    except ValueError as e:
+        return _usage(args, parser, str(e))
+
+    progress, stop = _progress_bar(args.quiet)
+    try:
+        result = engine.grade(args.submission, seed=seed, exercises=args.exercise,
+                              public_only=args.public_only, timeout=timeout, memory_mb=args.memory,
+                              registry=registry, progress=progress)
+    except ValueError as e:  # unknown exercise names
+        stop()
+        return _usage(args, parser, str(e))
+    stop()
+
+    for path, write in ((args.json, report.write_json), (args.junit, report.write_junit),
+                        (args.markdown, report.write_markdown)):
+        if path:
+            write(result, path)
+    if not args.quiet:
+        report.print_terminal(result)
+    if result.usage_error:
+        print(f"python -m grader: error: {result.error}", file=sys.stderr)
+        return USAGE_ERROR
+    return 0
+
+
+def _usage(args, parser: argparse.ArgumentParser, message: str) -> int:
+    if args.json:
+        from .report import failure_json
+
+        failure_json(f"Not graded, the grader was called wrongly: {message}", args.json)
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _progress_bar(quiet: bool):
+    """A progress callback for grade() and a function to stop the bar."""
+    if quiet:
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return None, lambda: None
+    bar = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                   console=console, transient=True)
+    task = bar.add_task("", total=None)
+    bar.start()
+    done = []
+
+    def progress(result, total: int) -> None:
+        done.append(result)
+        bar.update(task, total=total, completed=len(done), description=f"{result.name}: {result.status}")
+
+    return progress, bar.stop

@@ -1,0 +1,399 @@
+"""Grade a submission: read it, run it in a worker, judge what came back, score.
+
+:func:`grade` is the in-process API (the CLI, class mode and Gradescope use it):
+
+    report = grade("exercises/", seed=0)
+    report.score, report.max_score, report.exercise("causal_mask").status
+
+The parent process never imports student code. It starts a worker at once
+(the worker imports torch while we import ours and build the checks), sends it
+the cells and the calls, and judges each check's outcomes as they arrive with
+the checks' own judges, which compute the reference with ``attnmask``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import rules, submission
+from .results import (
+    CRASHED,
+    GRADER_ERROR,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    NOT_IMPLEMENTED_MESSAGE,
+    TIMED_OUT,
+    CheckResult,
+    ExerciseResult,
+    Report,
+)
+from .sandbox import Limits, Worker
+from .worker import TIME_LIMIT
+
+DEFAULT_SEED = 0
+DEFAULT_TIMEOUT = 10.0
+
+
+def load_registry() -> Mapping[str, Any]:
+    """The exercises, in chapter order (``grader.checks.EXERCISES``)."""
+    from .checks import EXERCISES
+
+    return EXERCISES
+
+
+def select(registry: Mapping[str, Any], names: Iterable[str] | None) -> list[Any]:
+    """The exercises to grade, in chapter order; ValueError naming the unknown ones."""
+    if not names:
+        return list(registry.values())
+    names = list(dict.fromkeys(names))
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ValueError(f"unknown exercise {', '.join(map(repr, unknown))}; "
+                         f"choose from: {', '.join(registry)}")
+    return [ex for name, ex in registry.items() if name in names]
+
+
+def needs_cuda(check) -> bool:
+    return check.requires == "cuda" or any(getattr(c, "device", "cpu") == "cuda" for c in check.calls)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# --------------------------------------------------------------------------- judging (shared with notebook)
+
+
+def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: float | None = None):
+    """The verdict of one check on what its calls produced, never an exception.
+
+    ``outcomes`` is a list of :class:`~grader.spec.Outcome` or a
+    :class:`~grader.channel.ChannelError`. Rule breaks and time limits are
+    named here, before the check's judge sees them, so every check words them
+    the same way.
+    """
+    from .channel import ChannelError
+    from .spec import Verdict
+    from .worker import NOT_RUN, TIME_LIMIT
+
+    if isinstance(outcomes, ChannelError):
+        return Verdict(False, f"what came back could not be read: {outcomes}")
+    if not isinstance(outcomes, list) or len(outcomes) != len(check.calls):
+        return Verdict(False, "the grader lost track of this check's results (internal grader error)")
+    errors = [o.error for o in outcomes if o.error]
+    for err in errors:
+        if err.startswith("ForbiddenAPIError: "):
+            return Verdict(False, err.split(": ", 1)[1])
+    for err in errors:
+        if err.startswith(TIME_LIMIT):
+            if NOT_RUN in err:
+                return Verdict(False, "not run: an earlier check used up the exercise's time")
+            limit = f" ({timeout:g} s)" if timeout else ""
+            return Verdict(False, f"stopped at the time limit{limit}: an infinite loop, or a very slow one?")
+    if findings and any(e.startswith(("ImportError", "NameError", "ModuleNotFoundError")) for e in errors):
+        return Verdict(False, findings[0].text)
+    try:
+        verdict = check.judge(check.calls, outcomes)
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"the judge returned {type(verdict).__name__}, not a Verdict")
+    except Exception as e:  # noqa: BLE001 -- a broken judge must cost one check, not the run
+        return Verdict(False, f"internal grader error in this check ({type(e).__name__}: {str(e)[:200]}); "
+                              "please report it to the course staff")
+    if not verdict.passed and not verdict.skipped:
+        where = next((o.where for o in outcomes if o.error and o.where), None)
+        if where and where not in verdict.detail:
+            verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
+    return verdict
+
+
+def check_result(check, verdict) -> CheckResult:
+    return CheckResult(name=check.name, public=bool(check.public), weight=float(check.weight),
+                       passed=bool(verdict.passed) and not verdict.skipped, skipped=bool(verdict.skipped),
+                       message=str(verdict.message), detail=str(verdict.detail))
+
+
+def all_not_implemented(outcomes_seen: list[Any]) -> bool:
+    errors = [o.error for o in outcomes_seen]
+    return bool(errors) and all(e is not None and e.startswith("NotImplementedError") for e in errors)
+
+
+# --------------------------------------------------------------------------- grading one submission
+
+
+class _Exercise:
+    """Grading state of one exercise in the parent."""
+
+    def __init__(self, index: int, exercise, seed: int, public_only: bool, has_cuda: bool,
+                 checks: list | None = None):
+        self.index, self.exercise = index, exercise
+        self.result = ExerciseResult(exercise.name, int(exercise.chapter), float(exercise.points))
+        self.checks: list = []
+        self.verdicts: list = []
+        self.outcomes_seen: list = []
+        self.findings: list[rules.Finding] = []
+        self.final = False
+        self.timed_out = False  # the worker stopped a call at the time limit
+        from .spec import Verdict
+
+        try:
+            if checks is None:
+                checks = exercise.make_checks(seed, hidden=not public_only)
+            self.checks = list(checks)
+        except Exception as e:  # noqa: BLE001
+            self.result.status = GRADER_ERROR
+            self.result.message = (f"internal grader error: the checks could not be built "
+                                   f"({type(e).__name__}: {e}); please report it")
+        self.verdicts = [None] * len(self.checks)
+        for ci, check in enumerate(self.checks):
+            if needs_cuda(check) and not has_cuda:
+                self.verdicts[ci] = Verdict(False, "needs a CUDA GPU; this machine has none", skipped=True)
+
+    @property
+    def runnable(self) -> list[int]:
+        return [ci for ci, v in enumerate(self.verdicts) if v is None]
+
+    def fail_rest(self, message: str, rest: str | None = None) -> None:
+        """Fail the checks without a verdict: the first with ``message``, the others with ``rest``."""
+        from .spec import Verdict
+
+        for ci, v in enumerate(self.verdicts):
+            if v is None:
+                self.verdicts[ci] = Verdict(False, message)
+                message = rest or message
+
+    def finish(self) -> ExerciseResult:
+        r = self.result
+        self.fail_rest("not run")
+        r.checks = [check_result(c, v) for c, v in zip(self.checks, self.verdicts)]
+        if r.status not in (NOT_FOUND, GRADER_ERROR, CRASHED, TIMED_OUT):
+            if all_not_implemented(self.outcomes_seen):
+                r.status, r.message = NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE
+            elif self.timed_out:
+                name, v = next((c.name, v) for c, v in zip(self.checks, self.verdicts)
+                               if not v.passed and not v.skipped)
+                r.status, r.message = TIMED_OUT, f"{name}: {v.message}"
+        r.notes.extend(f.text for f in self.findings if f.text not in r.notes)
+        r.finish()
+        self.final = True
+        return r
+
+
+class _Grading:
+    """The sandbox's handler: turns worker events into verdicts."""
+
+    def __init__(self, states: list[_Exercise], src: submission.Source, limits: Limits, report: Report,
+                 progress: Callable[[ExerciseResult, int], None] | None):
+        self.states, self.src, self.limits, self.report = states, src, limits, report
+        self.progress = progress
+        self.found: set[int] | None = None
+
+    def _emit(self, st: _Exercise) -> None:
+        if not st.final:
+            st.finish()
+            if self.progress:
+                self.progress(st.result, len(self.states))
+
+    def loaded(self, data: Any) -> None:
+        if not isinstance(data, dict) or not isinstance(data.get("found"), dict):
+            self.load_failed("the grader could not read which functions your submission defines "
+                             "(did your code overwrite the grader's files?)")
+            return
+        found = {k: v for k, v in data["found"].items() if isinstance(k, str)}
+        errors = [e for e in data.get("errors", []) if isinstance(e, str)]
+        self.report.notes.extend(f"skipped: {e}" for e in errors)
+        self.found = set()
+        for st in self.states:
+            if st.exercise.name in found:
+                self.found.add(st.index)
+                where = found[st.exercise.name]
+                st.result.found_at = where if isinstance(where, str) else None
+            elif st.result.status != GRADER_ERROR:
+                st.result.status = NOT_FOUND
+                st.result.message = not_found_message(st.exercise.name, self.src)
+                st.fail_rest(NOT_FOUND)
+                self._emit(st)
+
+    def check(self, ei: int, ci: int, outcomes: Any) -> None:
+        if not 0 <= ei < len(self.states):
+            return
+        st = self.states[ei]
+        if st.final or not 0 <= ci < len(st.checks) or st.verdicts[ci] is not None:
+            return
+        if isinstance(outcomes, list):
+            st.outcomes_seen.extend(outcomes)
+            st.timed_out |= any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes)
+        st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout)
+
+    def exercise_done(self, ei: int) -> None:
+        if 0 <= ei < len(self.states):
+            self._emit(self.states[ei])
+
+    def exercise_failed(self, ei: int, reason: str) -> None:
+        if not 0 <= ei < len(self.states) or self.states[ei].final:
+            return
+        st = self.states[ei]
+        st.result.status = TIMED_OUT if "did not finish" in reason else CRASHED
+        st.result.message = reason
+        st.fail_rest(reason, "not run: the check before it stopped the grading process")
+        self._emit(st)
+
+    def load_failed(self, reason: str) -> None:
+        if self.found is None:
+            self.found = set()
+        for st in self.states:
+            if st.final:
+                continue
+            if st.result.status != GRADER_ERROR:
+                st.result.status = TIMED_OUT if "did not finish" in reason else CRASHED
+                st.result.message = f"{reason}, before any exercise could be graded"
+            st.fail_rest(st.result.message)
+            self._emit(st)
+
+    def grader_failed(self, reason: str) -> None:
+        self.report.error = reason
+        for st in self.states:
+            if not st.final:
+                st.result.status, st.result.message = GRADER_ERROR, reason
+                self._emit(st)
+
+
+def not_found_message(name: str, src: submission.Source) -> str:
+    """Why ``name`` was not found, as precisely as the source allows."""
+    for cell, err in src.syntax_errors:
+        if name in submission.defined_names(cell):
+            return f"not found: {err}, in the cell that defines {name}"
+    if not src.cells:
+        return "not found: " + ("; ".join(src.problems) or "the submission has no code")
+    defined = set()
+    for cell in src.cells:
+        defined |= submission.defined_names(cell)
+    close = difflib.get_close_matches(name, sorted(defined), n=1, cutoff=0.75)
+    hint = f" (there is a {close[0]}: rename it?)" if close else ""
+    return f"not found: the submission defines no function named {name}{hint}"
+
+
+def grade(
+    path: str | os.PathLike,
+    *,
+    seed: int = DEFAULT_SEED,
+    exercises: Iterable[str] | None = None,
+    public_only: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    load_timeout: float | None = None,
+    memory_mb: int | None = 2048,
+    registry: Mapping[str, Any] | None = None,
+    progress: Callable[[ExerciseResult, int], None] | None = None,
+) -> Report:
+    """Grade the submission at ``path`` and return a :class:`~grader.results.Report`.
+
+    Args:
+        path: an exercise notebook, a .py file, or a folder of them.
+        seed: draws the hidden cases; the same seed gives the same report.
+        exercises: names to grade (default: all, in chapter order). Unknown
+            names raise ValueError.
+        public_only: run only the public checks (those the notebook's ``check`` runs).
+        timeout: seconds per exercise; also the budget of one notebook cell.
+        load_timeout: seconds to run the submission's cells (default 4 x timeout).
+        memory_mb: memory the student's code may use beyond torch's own.
+        registry: ``{name: Exercise}`` to grade against (default ``grader.checks.EXERCISES``).
+        progress: called with each exercise's result as soon as it is final, and
+            the number of exercises being graded.
+
+    Never raises for anything in the submission: unreadable files, code that
+    crashes, hangs or cheats all end up as messages in the report.
+    """
+    t0 = time.perf_counter()
+    limits = Limits(timeout=timeout, load_timeout=load_timeout or 4 * timeout, memory_mb=memory_mb)
+    report = Report(submission=str(path), seed=int(seed), public_only=public_only)
+    try:
+        src = submission.read(path)
+    except submission.SubmissionError as e:
+        src, report.error, report.usage_error = None, str(e), True
+    tmp = Path(tempfile.mkdtemp(prefix="grader-"))
+    # Start the worker before our own heavy imports: it imports torch meanwhile.
+    worker = Worker(tmp) if src is not None and src.cells else None
+    try:
+        selected = select(registry if registry is not None else load_registry(), exercises)
+        has_cuda = cuda_available()
+        states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
+        report.exercises = [st.result for st in states]
+        if src is None:
+            for st in states:
+                st.result.status, st.result.message = NOT_FOUND, f"not graded: {report.error}"
+                st.finish()
+            return report
+        _note_source_problems(src, report)
+        _scan_rules(src, states)
+        grading = _Grading(states, src, limits, report, progress)
+        if worker is None:
+            grading.loaded({"found": {}, "errors": []})
+        else:
+            _run(src, states, limits, grading, tmp, worker)
+            worker = None
+        for st in states:
+            grading._emit(st)
+        if not grading.found and src.cells and not report.error:
+            report.notes.append("no exercise functions found: define them with the names of the exercises "
+                                f"({', '.join(st.exercise.name for st in states[:3])}, ...)")
+        report.output = _printed(tmp)
+        return report
+    finally:
+        if worker is not None:
+            worker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        report.execution_time = time.perf_counter() - t0
+
+
+def _note_source_problems(src: submission.Source, report: Report) -> None:
+    report.notes.extend(src.problems)
+    for cell, err in src.syntax_errors:
+        defines = sorted(submission.defined_names(cell))
+        what = f" (it defines {', '.join(defines)})" if defines else ""
+        report.notes.append(f"skipped: {err}{what}")
+
+
+def _scan_rules(src: submission.Source, states: list[_Exercise]) -> None:
+    by_file: dict[str, list] = {}
+    for cell, tree in src.trees():
+        by_file.setdefault(cell.file, []).append((tree, cell.label, cell.line_offset))
+    by_name = {st.exercise.name: st for st in states}
+    for trees in by_file.values():
+        for finding in rules.scan_trees(trees, by_name):
+            st = by_name[finding.exercise]
+            if finding not in st.findings:
+                st.findings.append(finding)
+
+
+def _run(src, states, limits, grading, tmp, worker) -> None:
+    from . import sandbox
+    from .worker import CheckJob, Job
+
+    def make_job(indices: list[int]) -> Job:
+        exercises = []
+        for i in indices:
+            st = states[i]
+            checks = [CheckJob(ci, st.checks[ci].calls, bool(st.checks[ci].want_grads)) for ci in st.runnable]
+            exercises.append((i, st.exercise.name, checks))
+        return Job(cells=src.cells, exercises=exercises, out_dir=str(tmp / "out"),
+                   cell_budget=limits.cell_budget, exercise_budget=limits.timeout,
+                   memory_bytes=None if limits.memory_mb is None else limits.memory_mb * 2**20,
+                   helpers=src.helpers)
+
+    pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
+    sandbox.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker,
+                cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
+
+
+def _printed(tmp: Path) -> str:
+    from .sandbox import output_tail
+
+    return output_tail(tmp).replace(str(tmp), "<tmp>")

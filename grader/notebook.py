@@ -1,0 +1,152 @@
+"""``from grader import check; check(causal_mask)``: the public checks, in the notebook.
+
+Runs an exercise's public checks in the student's own kernel, through the same
+:func:`grader.execute.execute` and the same judges as the full grader, and
+prints a compact pass/fail list with the same feedback. The text is
+deterministic (no timings), because solution notebooks store it and nbval
+compares it. It never says the work is done: hidden cases remain for
+``python -m grader``. It never raises on the student's mistakes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .results import NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED, ExerciseResult
+
+_CHECKS: dict[str, list] = {}  # public checks per exercise: built once per kernel
+FULL_GRADER = "python -m grader"
+
+
+def _registry() -> Mapping[str, Any]:
+    from .engine import load_registry
+
+    return load_registry()
+
+
+def public_checks(name: str) -> list:
+    if name not in _CHECKS:
+        from .engine import DEFAULT_SEED
+
+        _CHECKS[name] = list(_registry()[name].make_checks(DEFAULT_SEED, hidden=False))
+    return _CHECKS[name]
+
+
+def run_public(fn: Callable, name: str | None = None) -> ExerciseResult:
+    """Grade ``fn`` on the public checks of exercise ``name`` (default ``fn.__name__``)."""
+    import torch
+
+    from . import engine, rules
+    from .execute import execute
+    from .worker import CALL_SEED
+
+    name = name or fn.__name__
+    exercise = _registry()[name]
+    state = engine._Exercise(0, exercise, 0, True, engine.cuda_available(), checks=public_checks(name))
+    rng = torch.get_rng_state()
+    interrupted = False
+    try:
+        with rules.forbid_torch_apis(), rules.forbid_globals(fn) as forbidden:
+            for ci in state.runnable:
+                check = state.checks[ci]
+                outcomes = []
+                for call in check.calls:
+                    torch.manual_seed(CALL_SEED)
+                    outcomes.append(execute(fn, call, want_grads=bool(check.want_grads)))
+                    if outcomes[-1].error and outcomes[-1].error.startswith("KeyboardInterrupt"):
+                        interrupted = True
+                        break
+                if interrupted:
+                    break
+                state.outcomes_seen.extend(outcomes)
+                state.verdicts[ci] = engine.judge(check, outcomes)
+    finally:
+        torch.set_rng_state(rng)
+    if interrupted:
+        state.fail_rest("interrupted")
+    result = state.finish()
+    said = {c.message for c in result.checks}
+    result.notes.extend(rules.message(what) for what in forbidden if rules.message(what) not in said)
+    return result
+
+
+def text(result: ExerciseResult) -> str:
+    """The notebook's report: deterministic plain text."""
+    from .report import checks_lines
+
+    name = result.name
+    counted = [c for c in result.checks if not c.skipped]
+    passed = sum(c.passed for c in counted)
+    if result.status == NOT_IMPLEMENTED:
+        return f"{name}: {NOT_IMPLEMENTED_MESSAGE} (it raises NotImplementedError)."
+    lines = [f"{name}: {passed} of {len(counted)} public checks pass."]
+    lines += checks_lines(result)
+    lines += [f"note: {n}" for n in result.notes]
+    if result.status == PASSED:
+        lines.append(f"The public checks pass. The full grader ({FULL_GRADER}) runs hidden cases as well.")
+    else:
+        lines.append("Fix the first failing check, then run this cell again.")
+    return "\n".join(lines)
+
+
+def _resolve(target: Any, namespace: Mapping[str, Any]) -> tuple[Callable, str] | str:
+    """The function to check and its exercise name, or a message saying what is wrong."""
+    names = list(_registry())
+    if isinstance(target, str):
+        if target not in names:
+            return f"check({target!r}): no such exercise; the exercises are {', '.join(names)}."
+        fn = namespace.get(target)
+        if fn is None:
+            return f"{target} is not defined yet: run the cell that defines it, then check again."
+        if not callable(fn):
+            return f"{target} is a {type(fn).__name__}, not a function."
+        return fn, target
+    if not callable(target):
+        return f"check() takes an exercise function, e.g. check(causal_mask); got a {type(target).__name__}."
+    name = getattr(target, "__name__", "")
+    if name not in names:
+        return (f"check() needs one of the exercise functions ({', '.join(names)}); "
+                f"got {name or type(target).__name__}. Keep the exercise's function name.")
+    return target, name
+
+
+def check(target: Any) -> None:
+    """Run the public checks of one exercise and print what passed and what did not.
+
+    ``target`` is the function (``check(causal_mask)``) or its name
+    (``check("causal_mask")``, looked up in the calling namespace).
+    """
+    try:
+        namespace = sys._getframe(1).f_globals
+        resolved = _resolve(target, namespace)
+        if isinstance(resolved, str):
+            print(resolved)
+            return
+        fn, name = resolved
+        print(text(run_public(fn, name)))
+    except Exception as e:  # noqa: BLE001 -- a notebook check must never end in a traceback
+        print(f"internal grader error ({type(e).__name__}: {e}); please report it to the course staff.")
+
+
+def check_all(namespace: Mapping[str, Any] | None = None) -> None:
+    """The public checks of every exercise defined in ``namespace`` (default: the caller's globals)."""
+    try:
+        namespace = sys._getframe(1).f_globals if namespace is None else namespace
+        lines = []
+        for name in _registry():
+            fn = namespace.get(name)
+            if not callable(fn):
+                lines.append(f"· {name}: not defined here")
+                continue
+            r = run_public(fn, name)
+            counted = [c for c in r.checks if not c.skipped]
+            passed = sum(c.passed for c in counted)
+            mark = "✓" if r.status == PASSED else "✗"
+            tail = "" if r.status == PASSED else f" -- {r.message}"
+            lines.append(f"{mark} {name}: {passed} of {len(counted)} public checks pass{tail}")
+        lines.append(f"Public checks only: the full grader ({FULL_GRADER}) runs hidden cases as well.")
+        print("\n".join(lines))
+    except Exception as e:  # noqa: BLE001
+        print(f"internal grader error ({type(e).__name__}: {e}); please report it to the course staff.")

@@ -1,0 +1,284 @@
+"""A :class:`~grader.results.Report` as text: terminal, Gradescope JSON, JUnit XML, Markdown.
+
+Every format says the seed and whether hidden checks ran, and none contains a
+timing except Gradescope's top-level ``execution_time``: the same submission
+graded twice with the same seed gives the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from .results import (
+    CRASHED,
+    GRADER_ERROR,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PARTIAL,
+    PASSED,
+    SKIPPED,
+    TIMED_OUT,
+    ExerciseResult,
+    Report,
+)
+
+MARK = {"passed": "✓", "failed": "✗", "skipped": "–"}
+_STYLE = {PASSED: "green", PARTIAL: "yellow", SKIPPED: "dim", NOT_FOUND: "red", NOT_IMPLEMENTED: "red",
+          CRASHED: "red", TIMED_OUT: "red", GRADER_ERROR: "magenta"}
+# Statuses whose one message says it all: listing every check would only repeat it.
+_NOTHING_RAN = (NOT_FOUND, NOT_IMPLEMENTED, GRADER_ERROR)
+
+
+def fmt_points(x: float) -> str:
+    return f"{x:g}" if x == int(x) else f"{x:.2f}"
+
+
+def test_name(e: ExerciseResult) -> str:
+    """The name of an exercise's entry in every format: contains the function name."""
+    return f"{e.name} (chapter {e.chapter})"
+
+
+def seed_line(r: Report) -> str:
+    return f"seed {r.seed} ({r.checks_kind})"
+
+
+def reproduce(r: Report) -> str:
+    flags = " --public-only" if r.public_only else ""
+    return f"python -m grader {r.submission} --seed {r.seed}{flags}"
+
+
+def summary_line(e: ExerciseResult) -> str:
+    """One line: how the exercise went."""
+    counted = [c for c in e.checks if not c.skipped]
+    passed = sum(c.passed for c in counted)
+    if e.status == PASSED:
+        return f"passed: all {len(counted)} checks pass"
+    if e.status in _NOTHING_RAN:
+        return e.message
+    if e.status in (CRASHED, TIMED_OUT):
+        return f"{e.status}: {e.message} ({passed} of {len(counted)} checks pass)"
+    if e.status == SKIPPED:
+        return f"skipped: {e.message}"
+    return f"{passed} of {len(counted)} checks pass; first failing: {e.message}"
+
+
+def checks_lines(e: ExerciseResult, *, indent: str = "    ") -> list[str]:
+    """One line per check (mark, name, public/hidden, message), details of failures indented."""
+    lines = []
+    for c in e.checks:
+        kind = "public" if c.public else "hidden"
+        text = f"{MARK[c.status]} {c.name} ({kind})"
+        if c.skipped:
+            text += f": skipped, {c.message}"
+        elif not c.passed and c.message:
+            text += f": {c.message}"
+        lines.append(text)
+        if not c.passed and not c.skipped and c.detail:
+            lines.extend(indent + d for d in c.detail.splitlines())
+    return lines
+
+
+def exercise_text(e: ExerciseResult, *, checks: bool = True) -> str:
+    """Plain-text feedback for one exercise: the summary, each check, its details, the notes."""
+    lines = [summary_line(e)]
+    if checks and e.status not in _NOTHING_RAN:
+        lines += checks_lines(e)
+    lines.extend(f"note: {n}" for n in e.notes)
+    return "\n".join(lines)
+
+
+def header_text(r: Report) -> str:
+    lines = [f"Score {fmt_points(r.score)} / {fmt_points(r.max_score)} · {seed_line(r)}"]
+    if r.error:
+        lines.append(f"Not graded: {r.error}")
+    if not r.public_only:
+        lines.append("Hidden checks use the seed above; reproduce with: " + reproduce(r))
+    lines.extend(f"note: {n}" for n in r.notes)
+    if r.output:
+        lines += ["", "What your code printed (truncated):", r.output]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- Gradescope
+
+
+def gradescope(r: Report) -> dict[str, Any]:
+    """Gradescope's results.json: one test per exercise, its name containing the function name."""
+    tests = []
+    for e in r.exercises:
+        tests.append({
+            "name": test_name(e),
+            "score": e.score,
+            "max_score": e.max_score,
+            "status": "passed" if e.score >= e.max_score else "failed",
+            "output": exercise_text(e),
+            "visibility": "visible",
+        })
+    return {
+        "score": r.score,
+        "max_score": r.max_score,
+        "output": header_text(r),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "execution_time": round(r.execution_time, 2),
+        "tests": tests,
+        "extra_data": {"seed": r.seed, "public_only": r.public_only, "error": r.error,
+                       "status": {e.name: e.status for e in r.exercises}},
+    }
+
+
+def write_json(r: Report, path: str | os.PathLike) -> None:
+    _write(path, json.dumps(gradescope(r), indent=2, ensure_ascii=False) + "\n")
+
+
+def failure_json(message: str, path: str | os.PathLike) -> None:
+    """A valid results.json when grading could not even start (bad command line)."""
+    data = {"score": 0.0, "max_score": 0.0, "output": message, "visibility": "visible",
+            "execution_time": 0.0, "tests": [], "extra_data": {"error": message}}
+    _write(path, json.dumps(data, indent=2) + "\n")
+
+
+def _write(path: str | os.PathLike, text: str) -> None:
+    path = os.fspath(path)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- JUnit
+
+
+def junit(r: Report) -> str:
+    """JUnit XML: a suite per exercise, a test case per check (CI shows each property)."""
+    suites = ET.Element("testsuites", name="grader")
+    props_all = {"seed": str(r.seed), "checks": r.checks_kind, "score": fmt_points(r.score),
+                 "max_score": fmt_points(r.max_score)}
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    for e in r.exercises:
+        suite = ET.SubElement(suites, "testsuite", name=e.name)
+        props = ET.SubElement(suite, "properties")
+        for k, v in {**props_all, "exercise_score": fmt_points(e.score),
+                     "exercise_max_score": fmt_points(e.max_score), "status": e.status}.items():
+            ET.SubElement(props, "property", name=k, value=v)
+        cases = e.checks or []
+        counts = {"tests": 0, "failures": 0, "skipped": 0}
+        classname = f"grader.chapter{e.chapter}.{e.name}"
+        if not cases:
+            case = ET.SubElement(suite, "testcase", classname=classname, name=e.name)
+            ET.SubElement(case, "failure", message=e.message).text = exercise_text(e)
+            counts["tests"] += 1
+            counts["failures"] += 1
+        for c in cases:
+            case = ET.SubElement(suite, "testcase", classname=classname,
+                                 name=f"{c.name} ({'public' if c.public else 'hidden'})")
+            counts["tests"] += 1
+            if c.skipped:
+                ET.SubElement(case, "skipped", message=c.message)
+                counts["skipped"] += 1
+            elif not c.passed:
+                message = e.message if e.status in _NOTHING_RAN else c.message
+                ET.SubElement(case, "failure", message=message).text = c.detail or message
+                counts["failures"] += 1
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+    for k, v in totals.items():
+        suites.set(k, str(v))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def write_junit(r: Report, path: str | os.PathLike) -> None:
+    _write(path, junit(r))
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def _md(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+
+
+def markdown(r: Report) -> str:
+    """A summary for a CI job page (e.g. $GITHUB_STEP_SUMMARY)."""
+    icon = {PASSED: "✅", PARTIAL: "🟡", SKIPPED: "⚪"}
+    lines = [f"## Grader: {fmt_points(r.score)} / {fmt_points(r.max_score)}", "",
+             f"Graded with {seed_line(r)}.", ""]
+    if r.error:
+        lines += [f"**Not graded:** {_md(r.error)}", ""]
+    lines += ["| exercise | score | status | first failing property |", "|---|---:|---|---|"]
+    for e in r.exercises:
+        first = "" if e.status == PASSED else _md(e.message)
+        lines.append(f"| `{e.name}` | {fmt_points(e.score)} / {fmt_points(e.max_score)} | "
+                     f"{icon.get(e.status, '❌')} {e.status} | {first} |")
+    failing = [e for e in r.exercises if e.status != PASSED]
+    if failing:
+        lines += ["", "### Feedback", ""]
+        for e in failing:
+            lines += [f"<details><summary><code>{e.name}</code>: {_md(e.status)}</summary>", "", "```text",
+                      exercise_text(e).replace("```", "'''"), "```", "", "</details>", ""]
+    if r.notes:
+        lines += ["", "### Notes", ""] + [f"- {_md(n)}" for n in r.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_markdown(r: Report, path: str | os.PathLike) -> None:
+    """Appends when the file exists (a CI summary file collects several steps)."""
+    path = os.fspath(path)
+    mode = "a" if os.path.exists(path) and path.endswith("STEP_SUMMARY") else "w"
+    if mode == "w":
+        _write(path, markdown(r))
+    else:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(markdown(r))
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def print_terminal(r: Report, console=None) -> None:
+    """A rich table (exercise, score, status, first failing property), then feedback on failures."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    table = Table(title=Text(f"Grader: {r.submission}"), caption=Text(seed_line(r)), show_lines=False)
+    table.add_column("exercise", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("first failing property", overflow="fold")
+    for e in r.exercises:
+        style = _STYLE.get(e.status, "red")
+        table.add_row(Text(e.name), Text(f"{fmt_points(e.score)} / {fmt_points(e.max_score)}"),
+                      Text(e.status, style=style), Text("" if e.status == PASSED else e.message))
+    table.add_section()
+    table.add_row(Text("total", style="bold"), Text(f"{fmt_points(r.score)} / {fmt_points(r.max_score)}",
+                                                     style="bold"), Text(""), Text(""))
+    console.print(table)
+    if r.error:
+        console.print(Text(f"Not graded: {r.error}", style="bold red"))
+    for e in r.exercises:
+        if e.status == PASSED and not e.notes and not e.skipped_checks:
+            continue
+        console.print(Text(f"\n{e.name}", style="bold " + _STYLE.get(e.status, "red")))
+        console.print(Text(exercise_text(e, checks=e.status != PASSED or bool(e.skipped_checks)),
+                           style=""), highlight=False)
+    if r.notes:
+        console.print(Text("\nnotes", style="bold"))
+        for n in r.notes:
+            console.print(Text(f"- {n}"), highlight=False)
+    if r.output:
+        console.print(Text("\nwhat your code printed (truncated)", style="bold"))
+        console.print(Text(r.output), highlight=False)
+    tail = "public checks only: the full grader runs hidden cases too" if r.public_only else (
+        f"hidden cases drawn with seed {r.seed}; reproduce with: {reproduce(r)}")
+    console.print(Text(f"\n{tail}", style="dim"), highlight=False)

@@ -1,0 +1,308 @@
+"""The rules students see: inside an exercise, the answer may not be borrowed.
+
+Off limits: the course package ``attnmask`` (it *is* the reference), PyTorch's
+fused attention ``torch.nn.functional.scaled_dot_product_attention``,
+``torch.nn.MultiheadAttention`` / ``multi_head_attention_forward`` and
+``flex_attention``.
+
+Three layers enforce this, each cheap:
+
+* :func:`scan_cells` reads the submission's source (never runs it) and says which
+  exercise reaches a forbidden name, directly or through a helper function.
+* :func:`block_imports` (worker only) makes ``import attnmask`` fail with the rule.
+* :func:`forbid_torch_apis` replaces the torch callables by functions that raise
+  :class:`ForbiddenAPIError`, so a check that hits one fails with the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.abc
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+RULE = "is off limits in exercises: it would be the answer"
+
+#: Modules a submission may not import at all in the grader.
+FORBIDDEN_MODULES = ("attnmask", "torch.nn.attention.flex_attention")
+#: Grader internals a submission has no business importing (they hold the reference).
+PRIVATE_MODULES = ("grader.checks", "grader.diagnose", "grader.engine")
+#: Names whose mere use in an exercise is reported by the static scan.
+FORBIDDEN_NAMES = (
+    "scaled_dot_product_attention",
+    "MultiheadAttention",
+    "multi_head_attention_forward",
+    "flex_attention",
+    "_scaled_dot_product_attention_math",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+)
+#: (module, attribute, name shown to the student) replaced at run time.
+_TORCH_CALLABLES = (
+    ("torch.nn.functional", "scaled_dot_product_attention",
+     "torch.nn.functional.scaled_dot_product_attention"),
+    ("torch._C._nn", "scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
+    ("torch.nn.functional", "multi_head_attention_forward",
+     "torch.nn.functional.multi_head_attention_forward"),
+    ("torch.nn", "MultiheadAttention", "torch.nn.MultiheadAttention"),
+    ("torch.nn.modules", "MultiheadAttention", "torch.nn.MultiheadAttention"),
+    ("torch.nn.modules.activation", "MultiheadAttention", "torch.nn.MultiheadAttention"),
+)
+
+_GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class ForbiddenAPIError(RuntimeError):
+    """Raised when exercise code calls an API that would be the answer."""
+
+
+def message(what: str) -> str:
+    """The one wording of the rule, e.g. ``"attnmask is off limits in exercises: ..."``."""
+    return f"{what} {RULE}. Write it with plain torch operations instead."
+
+
+def _is_forbidden_module(name: str) -> str | None:
+    for root in FORBIDDEN_MODULES:
+        if name == root or name.startswith(root + "."):
+            return root
+    return None
+
+
+# --------------------------------------------------------------------------- static scan
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A forbidden name reached from exercise ``exercise`` (or None: outside any exercise)."""
+
+    exercise: str | None
+    what: str  # e.g. "attnmask" or "scaled_dot_product_attention"
+    where: str  # e.g. "line 3 of cell 4 of 02_causal.ipynb"
+
+    @property
+    def text(self) -> str:
+        return f"{message(self.what)} (used at {self.where})"
+
+
+def _direct_hits(node: ast.AST) -> Iterator[tuple[str, int]]:
+    """(what, line) for every forbidden import, name, attribute or module string under ``node``."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                root = _is_forbidden_module(a.name)
+                if root:
+                    yield root, n.lineno
+        elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+            root = _is_forbidden_module(n.module)
+            if root:
+                yield root, n.lineno
+            for a in n.names:
+                if a.name in FORBIDDEN_NAMES:
+                    yield a.name, n.lineno
+        elif isinstance(n, ast.Name) and n.id in FORBIDDEN_NAMES:
+            yield n.id, n.lineno
+        elif isinstance(n, ast.Attribute) and n.attr in FORBIDDEN_NAMES:
+            yield n.attr, n.lineno
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            root = _is_forbidden_module(n.value)
+            if root:
+                yield root, n.lineno
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    """Top-level names an import statement binds."""
+    if isinstance(stmt, ast.Import):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    if isinstance(stmt, ast.ImportFrom):
+        return {a.asname or a.name for a in stmt.names}
+    return set()
+
+
+def _used_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def scan_trees(trees: Iterable[tuple[ast.Module, str, int]], exercises: Iterable[str]) -> list[Finding]:
+    """Forbidden uses reachable from each exercise function.
+
+    ``trees`` holds ``(parsed cell, cell label, line offset)`` of one namespace
+    (a notebook or a .py file) in order. A function is tainted when its body
+    names something forbidden, uses a name bound by a forbidden import, or calls
+    another tainted top-level function.
+    """
+    wanted = set(exercises)
+    defs: dict[str, tuple[ast.AST, str, int]] = {}
+    tainted_names: dict[str, tuple[str, str]] = {}  # name bound by a forbidden import -> (what, where)
+    for tree, label, offset in trees:
+        for stmt in tree.body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                defs[stmt.name] = (stmt, label, offset)
+                continue
+            hits = list(_direct_hits(stmt))
+            if hits and isinstance(stmt, ast.Import | ast.ImportFrom):
+                what, line = hits[0]
+                for name in _bound_names(stmt):
+                    tainted_names[name] = (what, f"line {line + offset} of {label}")
+
+    own: dict[str, tuple[str, str] | None] = {}
+    for name, (node, label, offset) in defs.items():
+        hit = next(_direct_hits(node), None)
+        own[name] = None if hit is None else (hit[0], f"line {hit[1] + offset} of {label}")
+
+    def reach(name: str, seen: set[str]) -> tuple[str, str] | None:
+        if own.get(name):
+            return own[name]
+        for used in sorted(_used_names(defs[name][0])):
+            if used in tainted_names:
+                return tainted_names[used]
+            if used in defs and used not in seen:
+                seen.add(used)
+                found = reach(used, seen)
+                if found:
+                    return found
+        return None
+
+    findings = []
+    for name in defs:
+        if name in wanted:
+            hit = reach(name, {name})
+            if hit:
+                findings.append(Finding(name, hit[0], hit[1]))
+    return findings
+
+
+# --------------------------------------------------------------------------- run-time blocks
+
+
+class _Blocker(importlib.abc.MetaPathFinder):
+    """Refuses forbidden imports with the rule instead of finding the module."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        root = _is_forbidden_module(fullname)
+        if root:
+            raise ImportError(message(root), name=fullname)
+        for private in PRIVATE_MODULES:
+            if fullname == private or fullname.startswith(private + "."):
+                raise ImportError(f"{fullname} is part of the grader and not available to submissions",
+                                  name=fullname)
+        return None
+
+
+def block_imports() -> None:
+    """Worker only: make forbidden imports fail, for good (also drops cached copies)."""
+    for name in list(sys.modules):
+        if _is_forbidden_module(name) or name.startswith(PRIVATE_MODULES):
+            del sys.modules[name]
+    sys.meta_path.insert(0, _Blocker())
+
+
+def _from_grader(depth: int = 2) -> bool:
+    """True when the caller is the grader's own code (e.g. a trusted FnSpec builder)."""
+    try:
+        filename = sys._getframe(depth).f_code.co_filename
+    except ValueError:
+        return False
+    return os.path.dirname(os.path.abspath(filename)) == _GRADER_DIR
+
+
+def _forbidden_function(original, shown: str):
+    def forbidden(*args, **kwargs):
+        if _from_grader():
+            return original(*args, **kwargs)
+        raise ForbiddenAPIError(message(shown))
+
+    forbidden.__name__ = getattr(original, "__name__", shown)
+    forbidden.__doc__ = message(shown)
+    return forbidden
+
+
+def _forbidden_class(original, shown: str):
+    def __init__(self, *args, **kwargs):
+        raise ForbiddenAPIError(message(shown))
+
+    return type(original.__name__, (original,), {"__init__": __init__, "__doc__": message(shown)})
+
+
+@contextmanager
+def forbid_torch_apis() -> Iterator[None]:
+    """Replace the forbidden torch callables while the block runs (restored after)."""
+    saved = []
+    for module_name, attr, shown in _TORCH_CALLABLES:
+        module = sys.modules.get(module_name)
+        original = getattr(module, attr, None) if module is not None else None
+        if original is None:
+            continue
+        stand_in = (_forbidden_class if isinstance(original, type) else _forbidden_function)(original, shown)
+        saved.append((module, attr, original))
+        setattr(module, attr, stand_in)
+    try:
+        yield
+    finally:
+        for module, attr, original in reversed(saved):
+            setattr(module, attr, original)
+
+
+def forbidden_globals(fn) -> list[tuple[dict, str, str]]:
+    """``(namespace, name, what)`` for every global a live function reaches that is
+    forbidden: attnmask modules and functions, directly or through helper functions
+    defined next to it. For the in-notebook check, where attnmask is importable."""
+    found: list[tuple[dict, str, str]] = []
+    seen: set[int] = set()
+
+    def names_of(code) -> set[str]:
+        out = set(code.co_names)
+        for const in code.co_consts:
+            if hasattr(const, "co_names"):
+                out |= names_of(const)
+        return out
+
+    def visit(f) -> None:
+        code = getattr(f, "__code__", None)
+        if code is None or id(code) in seen:
+            return
+        seen.add(id(code))
+        glb = getattr(f, "__globals__", {})
+        for name in sorted(names_of(code)):
+            if name not in glb:
+                continue
+            obj = glb[name]
+            mod = obj.__name__ if isinstance(obj, type(sys)) else getattr(obj, "__module__", None)
+            root = _is_forbidden_module(mod) if isinstance(mod, str) else None
+            if root:
+                found.append((glb, name, root))
+            elif callable(obj) and getattr(obj, "__globals__", None) is glb:
+                visit(obj)
+
+    visit(fn)
+    return found
+
+
+class Forbidden:
+    """Stands in for a forbidden object: any use raises :class:`ForbiddenAPIError`."""
+
+    def __init__(self, what: str):
+        self._what = what
+
+    def __getattr__(self, attr: str):
+        raise ForbiddenAPIError(message(self._what))
+
+    def __call__(self, *args, **kwargs):
+        raise ForbiddenAPIError(message(self._what))
+
+
+@contextmanager
+def forbid_globals(fn) -> Iterator[list[str]]:
+    """While the block runs, the forbidden globals ``fn`` reaches raise the rule.
+    Yields what was found (e.g. ``["attnmask"]``); restores the namespace after."""
+    found = forbidden_globals(fn)
+    saved = [(glb, name, glb[name]) for glb, name, _ in found]
+    for glb, name, what in found:
+        glb[name] = Forbidden(what)
+    try:
+        yield sorted({what for _, _, what in found})
+    finally:
+        for glb, name, obj in saved:
+            glb[name] = obj

@@ -1,0 +1,365 @@
+"""Worker processes: start them early, feed them a job, watch them, kill them.
+
+Each worker runs in its own session (process group) with a scrubbed
+environment, a fresh temporary folder as cwd, stdout/stderr going to files, and
+a status pipe on which it reports progress one line at a time. The parent waits
+on that pipe with deadlines: the load phase gets ``load_timeout``, each
+exercise ``timeout`` plus a grace period (the worker stops a slow exercise
+itself; the grace is for code that ignores that). Whenever a worker ends, its
+whole session is killed, so stray children cannot outlive grading.
+
+:func:`run` drives as many workers as needed: when one dies or is killed in the
+middle of an exercise, that exercise is charged and a fresh worker grades the
+rest.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+#: Environment variables a worker may see: nothing secret (no GRADER_SEED, no tokens).
+ENV_ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH",
+               "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES")
+STARTUP_TIMEOUT = 120.0  # importing torch on a loaded machine; a grader problem if exceeded
+TAIL_CHARS = 1000
+_SIGNALS = {
+    signal.SIGSEGV: "crashed with a segmentation fault (it read or wrote memory it does not own, "
+                    "e.g. through ctypes)",
+    signal.SIGABRT: "aborted (a C library gave up)",
+    signal.SIGBUS: "crashed with a bus error",
+    signal.SIGFPE: "crashed with a floating-point exception",
+    signal.SIGKILL: "was killed (out of memory?)",
+    signal.SIGILL: "crashed with an illegal instruction",
+}
+
+
+@dataclass
+class Limits:
+    timeout: float = 10.0  # per exercise, seconds
+    load_timeout: float = 40.0  # running the submission's cells, seconds
+    memory_mb: int | None = 2048  # beyond what torch itself needs
+    cell_timeout: float | None = None  # per cell; default min(timeout, load_timeout / 2)
+
+    @property
+    def grace(self) -> float:
+        return max(1.0, 0.25 * self.timeout)
+
+    @property
+    def cell_budget(self) -> float:
+        return self.cell_timeout or min(self.timeout, self.load_timeout / 2)
+
+
+def worker_env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED}
+    env.update(
+        PYTHONHASHSEED="0",  # sets iterate the same way on every run: same results file
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        MPLBACKEND="Agg",
+        OMP_NUM_THREADS="1",  # tiny tensors; leave the other core to the parent's judges
+        MKL_NUM_THREADS="1",
+        TMPDIR=str(tmp),
+    )
+    return env
+
+
+class Worker:
+    """One worker process, started at once (it imports torch while the parent works)."""
+
+    def __init__(self, tmp: Path, n: int = 0):
+        self.dir = tmp
+        self.work = tmp / f"work{n}"
+        self.work.mkdir()
+        self.out = tmp / "out"
+        self.out.mkdir(exist_ok=True)
+        read_fd, write_fd = os.pipe()
+        self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
+        self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
+        # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-s", "-P", "-m", "grader.worker", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
+            cwd=self.work, env=worker_env(self.work), start_new_session=True,
+            pass_fds=(write_fd,), close_fds=True,
+        )
+        os.close(write_fd)
+        self.status = read_fd
+        self._buf = b""
+        self._eof = False
+        self.started = time.monotonic()
+
+    def send(self, job: Any) -> None:
+        """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
+        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+
+        def write() -> None:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+
+        threading.Thread(target=write, daemon=True).start()
+
+    def lines(self, wait: float) -> list[str]:
+        """Status lines that arrived within ``wait`` seconds (maybe none)."""
+        if self._eof:
+            time.sleep(min(wait, 0.02))
+            return []
+        ready, _, _ = select.select([self.status], [], [], max(wait, 0))
+        if not ready:
+            return []
+        chunk = os.read(self.status, 65536)
+        if not chunk:
+            self._eof = True
+        self._buf += chunk
+        *done, self._buf = self._buf.split(b"\n")
+        return [line.decode("ascii", "replace") for line in done]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss_bytes(self) -> int:
+        try:
+            with open(f"/proc/{self.proc.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def stop(self) -> None:
+        """Kill the worker, its process group and anything else in its session."""
+        pid = self.proc.pid
+        for target in _session_members(pid):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self._stdout, self._stderr):
+            f.close()
+        try:
+            os.close(self.status)
+        except OSError:
+            pass
+
+    def how_it_ended(self) -> str:
+        rc = self.proc.returncode
+        if rc is None:
+            return "stopped responding"
+        if rc < 0:
+            try:
+                sig = signal.Signals(-rc)
+            except ValueError:
+                return f"was stopped by signal {-rc}"
+            return _SIGNALS.get(sig, f"was stopped by {sig.name}")
+        return (f"ended the grading process (exit code {rc}): does it call os._exit() or "
+                "kill its own process?")
+
+
+def _session_members(sid: int) -> list[int]:
+    """Processes in session ``sid`` (the worker's), e.g. children it left behind."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 3 and fields[3] == str(sid):
+            members.append(int(entry))
+    return members
+
+
+def output_tail(tmp: Path, keep: int = TAIL_CHARS, width: int = 200) -> str:
+    """What student code printed: the start and the end, long lines cut."""
+    parts = []
+    for name in ("stdout.txt", "stderr.txt"):
+        try:
+            with open(tmp / name, "rb") as f:
+                data = f.read(8 * keep)
+                size = os.fstat(f.fileno()).st_size
+                if size > 8 * keep:
+                    f.seek(size - 8 * keep)
+                    data += f.read()
+        except OSError:
+            continue
+        text = data.decode("utf-8", "replace")
+        if not text.strip():
+            continue
+        if size > 2 * keep:
+            text = f"{text[:keep]}\n[... {size - 2 * keep} characters left out ...]\n{text[-keep:]}"
+        lines = [line if len(line) <= width else line[:width] + " [...]" for line in text.splitlines()]
+        parts.append(f"--- {name[:-4]} ---\n" + "\n".join(lines).rstrip())
+    return "\n".join(parts)
+
+
+class Handler(Protocol):
+    """What :func:`run` reports, as it happens."""
+
+    def loaded(self, data: Any) -> None: ...  # dict from the worker, or a ChannelError
+    def check(self, ei: int, ci: int, outcomes: Any) -> None: ...  # list[Outcome] or ChannelError
+    def exercise_done(self, ei: int) -> None: ...
+    def exercise_failed(self, ei: int, reason: str) -> None: ...
+    def load_failed(self, reason: str) -> None: ...
+    def grader_failed(self, reason: str) -> None: ...
+
+
+def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Callable[[], set[int] | None],
+        limits: Limits, handler: Handler, tmp: Path, worker: Worker | None = None,
+        cell_label: Callable[[int], str] = str) -> None:
+    """Grade exercises ``pending`` (indices, in order), restarting workers as needed.
+
+    ``make_job(indices)`` builds the job for a worker; ``found_of()`` gives the
+    indices the first load found (None if loading failed). ``worker`` may be
+    one already started.
+    """
+    left = list(pending)
+    n = 0
+    while left:
+        worker = worker or Worker(tmp, n)
+        n += 1
+        worker.send(make_job(left))
+        state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
+        try:
+            state.drive()
+        finally:
+            worker.stop()
+        found = found_of()
+        if state.fatal or found is None:
+            return
+        left = [i for i in left if i not in state.finished and i in found]
+        if state.bye:
+            # The worker said it finished: anything not reported is lost for good.
+            for i in left:
+                handler.exercise_failed(i, "the worker finished without reporting it")
+            return
+        worker = None
+
+
+class _Drive:
+    """Follow one worker's status lines until it says bye, dies or runs out of time."""
+
+    def __init__(self, worker: Worker, limits: Limits, handler: Handler, cell_label, pending: list[int],
+                 *, first: bool):
+        self.w, self.limits, self.h = worker, limits, handler
+        self.cell_label, self.pending, self.first = cell_label, pending, first
+        self.phase = "startup"  # startup -> loading -> grading -> bye
+        self.cell: int | None = None
+        self.current: int | None = None  # exercise in progress
+        self.finished: set[int] = set()
+        self.fatal = False
+        self.bye = False
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT
+
+    def _exercise_deadline(self) -> None:
+        self.deadline = time.monotonic() + self.limits.timeout + self.limits.grace
+
+    def handle(self, line: str) -> None:
+        from . import channel  # imports torch: not needed to start a worker
+
+        word, *rest = line.split()
+        if word == "ready" and self.phase == "startup":
+            self.phase = "loading"
+            self.deadline = time.monotonic() + self.limits.load_timeout
+        elif word == "cell" and rest and rest[0].isdigit():
+            self.cell = int(rest[0])
+        elif word == "loaded" and self.phase == "loading":
+            self.phase = "grading"
+            self._exercise_deadline()
+            if self.first:
+                try:
+                    self.h.loaded(channel.receive(str(self.w.out / "loaded.pt")))
+                except channel.ChannelError as e:
+                    self.h.loaded(e)
+        elif word == "start" and self.phase == "grading" and rest and rest[0].isdigit():
+            self.current = int(rest[0])
+            self._exercise_deadline()
+        elif word == "check" and self.phase == "grading" and len(rest) == 2:
+            ei, ci = (int(x) if x.isdigit() else -1 for x in rest)
+            path = self.w.out / f"{ei}.{ci}.pt"
+            try:
+                data = channel.receive(str(path))
+                if type(data) is not list:
+                    raise channel.ChannelError("a check's record is not a list")
+                outcomes: Any = [channel.outcome_from_data(d) for d in data]
+            except channel.ChannelError as e:
+                outcomes = e
+            self.h.check(ei, ci, outcomes)
+        elif word == "done" and self.phase == "grading" and rest and rest[0].isdigit():
+            ei = int(rest[0])
+            self.finished.add(ei)
+            self.current = None
+            self.h.exercise_done(ei)
+            self._exercise_deadline()
+        elif word == "bye" and self.phase == "grading":
+            self.phase = "bye"
+            self.bye = True
+
+    def drive(self) -> None:
+        limits = self.limits
+        memory = None if limits.memory_mb is None else limits.memory_mb * 2**20 + 1024 * 2**20
+        while self.phase != "bye":
+            for line in self.w.lines(min(0.05, max(self.deadline - time.monotonic(), 0))):
+                if line.strip():
+                    self.handle(line)
+                if self.phase == "bye":
+                    return
+            if not self.w.alive():
+                # Drain what it said before dying, then charge whatever it was doing.
+                for line in self.w.lines(0):
+                    if line.strip():
+                        self.handle(line)
+                if self.phase == "bye":
+                    return
+                self.fail(self.w.how_it_ended())
+                return
+            if memory and self.w.rss_bytes() > memory:
+                self.w.stop()
+                self.fail(f"used more than {limits.memory_mb} MiB of memory and was stopped")
+                return
+            if time.monotonic() > self.deadline:
+                self.w.stop()
+                if self.phase == "loading":
+                    self.fail(f"did not finish within {limits.load_timeout:g} s and was stopped")
+                else:
+                    self.fail(f"did not finish within {limits.timeout:g} s and was stopped "
+                              "(an infinite loop, or waiting for input?)")
+                return
+
+    def fail(self, how: str) -> None:
+        if self.phase == "startup":
+            self.fatal = True
+            self.h.grader_failed(f"the grading worker could not start: it {how}")
+        elif self.phase == "loading":
+            self.fatal = True
+            where = "" if self.cell is None else f" while running {self.cell_label(self.cell)}"
+            self.h.load_failed(f"your code {how}{where}")
+        else:
+            # Between two exercises (a stray thread?): charge the next one, so every restart makes progress.
+            current = self.current
+            if current is None:
+                current = next((i for i in self.pending if i not in self.finished), None)
+            if current is not None:
+                self.finished.add(current)
+                self.h.exercise_failed(current, f"your code {how}")

@@ -1,0 +1,376 @@
+"""What a student hands in, as cells of Python source; and running those cells.
+
+A submission is an exercise notebook, a ``.py`` file, or a folder of them (a
+student's copy of ``exercises/``). :func:`read` turns it into :class:`Cell` s in
+the trusted process without running anything: notebooks give their code cells
+(IPython magics and shell escapes neutralised), a ``.py`` file gives one cell, or
+one per ``# %%`` block when it has them, or one per top-level block when the
+whole file does not parse (so one typo costs only the functions next to it).
+
+:func:`run_cells` runs in the sandboxed worker. Each file gets its own
+namespace; cells run in order. Only top-level *definitions* run: imports,
+``def``/``class``, assignments and ``if``/``try``/``with`` blocks. Bare
+expressions and loops (plots, prints, demos, ``check(...)`` calls, training
+loops) are skipped: they cannot define a graded function, and skipping them
+keeps grading fast and keeps scratch work from costing marks. A statement that
+raises, or a cell over its time budget, is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import linecache
+import os
+import re
+import signal
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SUFFIXES = (".ipynb", ".py")
+MAX_FILE_BYTES = 8 * 2**20
+_SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
+# Cell magics whose body is still Python (timing, capturing output).
+_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+_KEPT_STATEMENTS = (
+    ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+    ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Try, ast.With, ast.Global,
+    ast.Delete, ast.Pass,
+) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+class SubmissionError(Exception):
+    """The submission cannot be graded at all (e.g. the path does not exist)."""
+
+
+@dataclass
+class Cell:
+    """One unit of source. ``file`` is the display name (relative to the submission)."""
+
+    file: str
+    number: int  # 1-based cell number in a notebook; block number in a .py file
+    source: str
+    line_offset: int = 0  # lines before this cell in its file (.py blocks)
+    notebook: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.notebook:
+            return f"cell {self.number} of {self.file}"
+        if self.line_offset or self.number > 1:
+            return f"{self.file} (from line {self.line_offset + 1})"
+        return self.file
+
+    @property
+    def filename(self) -> str:
+        """The code's filename: tracebacks read "line 3 of cell 4 of x.ipynb", "line 40 of x.py"."""
+        return f"<cell {self.number} of {self.file}>" if self.notebook else f"<{self.file}>"
+
+    def where(self, line: int) -> str:
+        """A readable location of ``line`` (1-based, within the cell)."""
+        if self.notebook:
+            return f"line {line} of {self.label}"
+        return f"line {line + self.line_offset} of {self.file}"
+
+
+@dataclass
+class Source:
+    """A submission read into cells, plus what could not be read."""
+
+    path: str
+    files: list[str] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # whole files that could not be read
+    syntax_errors: list[tuple[Cell, str]] = field(default_factory=list)  # (cell, message)
+    helpers: dict[str, str] = field(default_factory=dict)  # name.py -> text, importable by the cells
+
+    def trees(self) -> list[tuple[Cell, ast.Module]]:
+        """Parsed cells (those that parse), in order."""
+        out = []
+        for cell in self.cells:
+            tree = parse(cell.source)
+            if isinstance(tree, ast.Module):
+                out.append((cell, tree))
+        return out
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read(path: str | os.PathLike) -> Source:
+    """Read a notebook, a .py file or a folder of them. Never runs student code.
+
+    Raises :class:`SubmissionError` only when ``path`` does not exist; every other
+    problem (empty, corrupt, binary, not Python) is recorded in ``problems``.
+    """
+    p = Path(path)
+    src = Source(path=str(path))
+    if not p.exists():
+        raise SubmissionError(
+            f"{path} does not exist. Pass an exercise notebook (.ipynb), a .py file, "
+            "or the folder holding them (e.g. exercises/)."
+        )
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file()
+                       and not any(part.startswith(".") or part in _SKIP_DIRS
+                                   for part in f.relative_to(p).parts))
+        if not files:
+            src.problems.append(f"the folder {p.name or path} holds no notebooks (.ipynb) or .py files")
+        base = p
+    else:
+        files, base = [p], p.parent
+    for f in files:
+        name = f.relative_to(base).as_posix()
+        src.files.append(name)
+        _read_file(f, name, src)
+        if f.suffix == ".py" and f.parent == base and p.is_dir():
+            text = _text(f)
+            if isinstance(text, str):
+                src.helpers[f.name] = text
+    return src
+
+
+def _text(f: Path) -> str | Exception:
+    try:
+        size = f.stat().st_size
+        if size > MAX_FILE_BYTES:
+            return ValueError(f"{size // 2**20} MiB is over the {MAX_FILE_BYTES // 2**20} MiB limit")
+        data = f.read_bytes()
+    except OSError as e:
+        return e
+    if b"\x00" in data:
+        return ValueError("it is a binary file, not text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        return ValueError(f"it is not UTF-8 text ({e.reason} at byte {e.start})")
+
+
+def _read_file(f: Path, name: str, src: Source) -> None:
+    text = _text(f)
+    if isinstance(text, Exception):
+        src.problems.append(f"{name} could not be read: {text}")
+        return
+    if not text.strip():
+        src.problems.append(f"{name} is empty")
+        return
+    if f.suffix == ".ipynb":
+        try:
+            cells = notebook_cells(text, name)
+        except ValueError as e:
+            src.problems.append(f"{name} is not a readable notebook: {e}. "
+                                "Open it in Jupyter and save it again, or re-download it.")
+            return
+    elif f.suffix == ".py":
+        cells = python_cells(text, name)
+    else:
+        src.problems.append(f"{name} is neither a notebook (.ipynb) nor a Python file (.py)")
+        return
+    if not cells:
+        src.problems.append(f"{name} has no code")
+    for cell in cells:
+        err = syntax_error(cell)
+        if err:
+            src.syntax_errors.append((cell, err))
+        src.cells.append(cell)
+
+
+def notebook_cells(text: str, name: str) -> list[Cell]:
+    """Code cells of a notebook's JSON text (nbformat 4), magics neutralised."""
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"invalid JSON at line {e.lineno}, column {e.colno}") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError("no list of cells (is it a notebook?)")
+    cells = []
+    for i, c in enumerate(nb["cells"], start=1):
+        if not isinstance(c, dict) or c.get("cell_type") != "code":
+            continue
+        source = c.get("source", "")
+        if isinstance(source, list):
+            source = "".join(s for s in source if isinstance(s, str))
+        if not isinstance(source, str):
+            continue
+        code = strip_magics(source)
+        if code is not None and code.strip():
+            cells.append(Cell(name, i, code, notebook=True))
+    return cells
+
+
+# Only at column 0: an indented "% x" is usually the tail of a string-formatting expression.
+_MAGIC = re.compile(r"^()(%|!|\w+\s*=\s*[%!])")
+
+
+def strip_magics(source: str) -> str | None:
+    """IPython-only lines become ``pass`` (same indentation, same line numbers).
+    Returns None for a cell whose magic makes the whole body non-Python (``%%bash``)."""
+    lines = source.splitlines()
+    if lines and lines[0].lstrip().startswith("%%"):
+        magic = lines[0].lstrip()[2:].split(maxsplit=1)
+        if not magic or magic[0] not in _PYTHON_CELL_MAGICS:
+            return None
+        lines[0] = ""
+    out = []
+    for line in lines:
+        m = _MAGIC.match(line)
+        out.append(f"{m.group(1)}pass" if m else line)
+    return "\n".join(out) + "\n"
+
+
+_TOP_LEVEL_START = re.compile(r"^(def |async def |class |@|import |from |if __name__)")
+
+
+def python_cells(text: str, name: str) -> list[Cell]:
+    """A .py file as cells: ``# %%`` blocks if any, else the whole file, else (when
+    the file does not parse) one block per top-level definition."""
+    lines = text.splitlines()
+    if any(line.startswith("# %%") for line in lines):
+        starts = [0] + [i for i, line in enumerate(lines) if line.startswith("# %%") and i > 0]
+    elif isinstance(parse(text), ast.Module):
+        return [Cell(name, 1, text)]
+    else:
+        starts = [0] + [i for i, line in enumerate(lines) if i > 0 and _TOP_LEVEL_START.match(line)]
+    cells = []
+    for n, (a, b) in enumerate(zip(starts, starts[1:] + [len(lines)]), start=1):
+        block = "\n".join(lines[a:b]) + "\n"
+        if block.strip():
+            cells.append(Cell(name, n, block, line_offset=a))
+    return cells
+
+
+def parse(source: str) -> ast.Module | str | None:
+    """The parsed module, or a one-line description of the syntax error."""
+    try:
+        return ast.parse(source)
+    except SyntaxError as e:
+        return f"SyntaxError: {e.msg} (line {e.lineno})"
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
+        return f"{type(e).__name__}: {e}"
+
+
+def syntax_error(cell: Cell) -> str | None:
+    tree = parse(cell.source)
+    if isinstance(tree, str):
+        # Report the line within the file, which is what the student can find.
+        m = re.search(r"\(line (\d+)\)$", tree)
+        if m:
+            return tree[: m.start()] + f"at {cell.where(int(m.group(1)))}"
+        return f"{tree} in {cell.label}"
+    return None
+
+
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)", re.M)
+
+
+def defined_names(cell: Cell) -> set[str]:
+    """Names of functions a cell defines at top level (a guess by regex when it does not parse)."""
+    tree = parse(cell.source)
+    if isinstance(tree, ast.Module):
+        return {s.name for s in tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return set(_DEF.findall(cell.source))
+
+
+# --------------------------------------------------------------------------- running (worker)
+
+
+class CellTimeout(BaseException):
+    """A cell ran over its time budget. BaseException: ``except Exception`` in student code won't eat it."""
+
+
+def _alarm(signum, frame):
+    raise CellTimeout()
+
+
+@dataclass
+class Loaded:
+    """Namespaces after running the cells, and what went wrong on the way."""
+
+    namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)  # file -> globals
+    errors: list[str] = field(default_factory=list)
+
+
+def kept_statements(tree: ast.Module) -> list[ast.stmt]:
+    return [s for s in tree.body if isinstance(s, _KEPT_STATEMENTS)]
+
+
+def run_cells(cells: list[Cell], *, budget: float, on_cell: Callable[[int], None] | None = None) -> Loaded:
+    """Run the definitions of every cell, each file in its own namespace (worker only)."""
+    loaded = Loaded()
+    old = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for i, cell in enumerate(cells):
+            if on_cell:
+                on_cell(i)
+            ns = loaded.namespaces.get(cell.file)
+            if ns is None:
+                module = types.ModuleType(f"submission_{len(loaded.namespaces)}")
+                ns = loaded.namespaces[cell.file] = module.__dict__
+            err = _run_cell(cell, ns, budget)
+            if err:
+                loaded.errors.append(err)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    return loaded
+
+
+def _run_cell(cell: Cell, ns: dict, budget: float) -> str | None:
+    tree = parse(cell.source)
+    if not isinstance(tree, ast.Module):
+        return None  # reported by the parent from syntax_error()
+    filename = cell.filename
+    if cell.line_offset:
+        ast.increment_lineno(tree, cell.line_offset)  # line numbers of the whole .py file
+    # Register the source so tracebacks and inspect.getsource see the student's lines.
+    lines = ["\n"] * cell.line_offset + cell.source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(cell.source), None, lines, filename)
+    first_error = None
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, budget)
+    try:
+        for stmt in kept_statements(tree):
+            try:
+                code = compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec")
+                exec(code, ns)
+            except CellTimeout:
+                raise
+            except BaseException as e:  # noqa: BLE001 -- sys.exit / KeyboardInterrupt in a cell cost that cell only
+                if first_error is None:
+                    where = f"line {stmt.lineno} of {filename.strip('<>')}"
+                    first_error = f"{where} raised {type(e).__name__}: {_one_line(e)}"
+    except CellTimeout:
+        return f"{cell.label} ran longer than {budget:g} s and was stopped"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return first_error
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return first[:300]
+
+
+def pick(loaded: Loaded, names: list[str]) -> dict[str, tuple[Callable, str]]:
+    """The graded functions: for each name, the first file (in order) whose namespace
+    binds it to a callable, preferring a function defined in that file."""
+    found: dict[str, tuple[Callable, str]] = {}
+    for name in names:
+        fallback = None
+        for file, ns in loaded.namespaces.items():
+            obj = ns.get(name)
+            if obj is None or not callable(obj):
+                continue
+            code = getattr(obj, "__code__", None)
+            if code is not None and code.co_filename.startswith("<") and file in code.co_filename:
+                found[name] = (obj, f"line {code.co_firstlineno} of {code.co_filename.strip('<>')}")
+                break
+            fallback = fallback or (obj, file)
+        else:
+            if fallback:
+                found[name] = fallback
+    return found

@@ -1,0 +1,250 @@
+"""The sandboxed worker: runs student code, returns raw outcomes, judges nothing.
+
+Started by :mod:`grader.sandbox` as ``python -I -m grader.worker STATUS_FD`` in a
+fresh temporary folder, its own session, a scrubbed environment and limits. It
+never imports the reference (``attnmask``) or the checks' judges; it only
+
+1. imports torch (while the parent imports its own side),
+2. reads the :class:`Job` (cells to run and calls to make) from stdin, then
+   points stdin at /dev/null for the student's code,
+3. runs the submission's cells (:func:`grader.submission.run_cells`),
+4. for each exercise, makes every call with :func:`grader.execute.execute` and
+   writes the outcomes of each check to its own file (:mod:`grader.channel`),
+   announcing progress with one line per event on the status pipe.
+
+If it dies or hangs, the parent knows from the last status line where it was,
+charges that exercise only, and starts a fresh worker for the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import channel, rules
+from .execute import execute
+from .spec import Call, Outcome
+from .submission import Cell, pick, run_cells
+
+#: Prefix of the error of a call stopped by the exercise's time limit.
+TIME_LIMIT = "TimeLimit"
+NOT_RUN = "not run"
+#: torch's seed before every call, here and in the notebook: randomness in student code repeats.
+CALL_SEED = 0
+PRINT_CAP = 2**20  # bytes of print() output kept per stream; the rest is counted and dropped
+
+
+@dataclass
+class CheckJob:
+    index: int  # position of the check in its exercise's list
+    calls: list[Call]
+    want_grads: bool = False
+
+
+@dataclass
+class Job:
+    cells: list[Cell]
+    exercises: list[tuple[int, str, list[CheckJob]]]  # (index in the grading run, name, checks)
+    out_dir: str
+    cell_budget: float
+    exercise_budget: float
+    memory_bytes: int | None = None
+    helpers: dict[str, str] = field(default_factory=dict)
+
+
+class ExerciseTimeout(BaseException):
+    """The exercise's time is up. BaseException: ``except Exception`` in student code won't eat it."""
+
+
+class _Status:
+    """One line per event on the status pipe; silent if student code closed it."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def send(self, line: str) -> None:
+        try:
+            os.write(self.fd, (line + "\n").encode())
+        except OSError:
+            pass
+
+
+class _Capped:
+    """A text stream for sys.stdout/sys.stderr that keeps the first PRINT_CAP bytes."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, fd: int):
+        self.fd, self.used, self.dropped = fd, 0, 0
+
+    def write(self, s) -> int:
+        text = str(s)
+        data = text.encode("utf-8", "replace")
+        room = PRINT_CAP - self.used
+        if room > 0:
+            try:
+                os.write(self.fd, data[:room])
+            except OSError:
+                pass
+            self.used += min(room, len(data))
+        self.dropped += max(0, len(data) - max(room, 0))
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def readable(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _set_limits(job: Job) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # A print loop or a file-writing loop must not fill the disk: writes past this fail (EFBIG).
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    cap = channel.MAX_FILE_BYTES + 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    # Address-space limits break CUDA (it reserves huge ranges): there the parent watches RSS.
+    if job.memory_bytes and not torch.cuda.is_available():
+        limit = _vm_size() + job.memory_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:  # die with the parent, whatever happens to it
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _neutralise_notebook_check() -> None:
+    """``from grader import check; check(fn)`` in a submission does nothing here."""
+    import types
+
+    import grader
+
+    def check(*args, **kwargs):
+        return None
+
+    stub = types.ModuleType("grader.notebook")
+    stub.check = stub.check_all = check
+    sys.modules["grader.notebook"] = stub
+    grader.check = grader.check_all = check
+
+
+def _alarm(signum, frame):
+    raise ExerciseTimeout()
+
+
+def _run_call(fn, call: Call, want_grads: bool, seconds: float) -> Outcome:
+    """One call under the exercise's remaining time."""
+    torch.manual_seed(CALL_SEED)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        try:
+            outcome = execute(fn, call, want_grads=want_grads)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except ExerciseTimeout:
+        outcome = Outcome(error="ExerciseTimeout: ")
+    except BaseException as e:  # noqa: BLE001 -- e.g. RecursionError converting a self-referencing list
+        outcome = Outcome(error=f"GraderError: the grader could not record what came back "
+                                f"({type(e).__name__}: {e})")
+    if outcome.error and outcome.error.startswith("ExerciseTimeout"):
+        outcome.error = f"{TIME_LIMIT}: stopped after the exercise's time limit"
+    return outcome
+
+
+def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, status: _Status) -> None:
+    status.send(f"start {ei}")
+    deadline = time.monotonic() + job.exercise_budget
+    for check in checks:
+        outcomes = []
+        for call in check.calls:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                outcomes.append(Outcome(error=f"{TIME_LIMIT}: {NOT_RUN}, the exercise's time was used up"))
+                continue
+            outcomes.append(_run_call(fn, call, check.want_grads, left))
+        path = os.path.join(job.out_dir, f"{ei}.{check.index}.pt")
+        try:
+            channel.send([channel.outcome_to_data(o) for o in outcomes], path)
+        except BaseException as e:  # noqa: BLE001 -- e.g. EFBIG for an enormous output
+            err = Outcome(error=f"GraderError: what came back could not be saved ({type(e).__name__})")
+            channel.send([channel.outcome_to_data(err)] * len(outcomes), path)
+        status.send(f"check {ei} {check.index}")
+    status.send(f"done {ei}")
+
+
+def main() -> None:
+    status = _Status(int(sys.argv[1]))
+    job: Job = pickle.loads(sys.stdin.buffer.read())
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- the student's stdin is empty
+    status.send("ready")
+
+    _set_limits(job)
+    rules.block_imports()
+    _neutralise_notebook_check()
+    forbid = rules.forbid_torch_apis()
+    forbid.__enter__()  # for the life of the worker
+    for name, text in job.helpers.items():
+        with open(name, "w") as f:
+            f.write(text)
+    sys.path.insert(0, os.getcwd())  # the student's own helper modules, as in Jupyter
+    out, err = _Capped(1), _Capped(2)
+    sys.stdout, sys.stderr = out, err
+
+    loaded = run_cells(job.cells, budget=job.cell_budget, on_cell=lambda i: status.send(f"cell {i}"))
+    names = [name for _, name, _ in job.exercises]
+    found = pick(loaded, names)
+    channel.send({"found": {n: where for n, (_, where) in found.items()}, "errors": loaded.errors},
+                 os.path.join(job.out_dir, "loaded.pt"))
+    status.send("loaded")
+    for ei, name, checks in job.exercises:
+        if name in found:
+            _run_exercise(ei, name, found[name][0], checks, job, status)
+    status.send(f"bye {out.dropped + err.dropped}")
+    # Skip interpreter shutdown: student threads or atexit hooks must not keep us alive.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
