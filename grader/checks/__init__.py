@@ -1,0 +1,86 @@
+"""What the autograder checks: the thirteen exercises of the contract, in chapter order.
+
+``EXERCISES[name].make_checks(seed, hidden=False)`` gives the public checks (the
+ones the in-notebook ``check`` runs); ``hidden=True`` adds the randomized
+hidden checks drawn from ``seed``. Points are declared once, in :data:`POINTS`.
+"""
+
+from __future__ import annotations
+
+from ..spec import Exercise
+from . import ch1_leakage, ch2_softmax, ch3_padding, ch4_combined, ch5_cross, ch6_cache, ch7_variants
+
+#: Points per exercise (the only place they are declared).
+POINTS: dict[str, float] = {
+    "causal_mask": 5.0,
+    "influence_matrix": 10.0,
+    "to_additive": 5.0,
+    "masked_softmax": 10.0,
+    "attention": 10.0,
+    "padding_mask": 5.0,
+    "decoder_mask": 10.0,
+    "encoder_decoder_masks": 10.0,
+    "multi_head_attention": 10.0,
+    "kv_cache_attention": 10.0,
+    "sliding_window_mask": 5.0,
+    "prefix_lm_mask": 5.0,
+    "document_mask": 5.0,
+}
+
+_MAKERS = [
+    (1, ch1_leakage.causal_mask_checks),
+    (1, ch1_leakage.influence_matrix_checks),
+    (2, ch2_softmax.to_additive_checks),
+    (2, ch2_softmax.masked_softmax_checks),
+    (2, ch2_softmax.attention_checks),
+    (3, ch3_padding.padding_mask_checks),
+    (4, ch4_combined.decoder_mask_checks),
+    (5, ch5_cross.encoder_decoder_masks_checks),
+    (5, ch5_cross.multi_head_attention_checks),
+    (6, ch6_cache.kv_cache_attention_checks),
+    (7, ch7_variants.sliding_window_mask_checks),
+    (7, ch7_variants.prefix_lm_mask_checks),
+    (7, ch7_variants.document_mask_checks),
+]
+
+#: The graded exercises, in chapter order, by function name.
+EXERCISES: dict[str, Exercise] = {}
+for _chapter, _make in _MAKERS:
+    _name = _make.__name__.removesuffix("_checks")
+    EXERCISES[_name] = Exercise(_name, _chapter, _make, POINTS[_name])
+
+_SUMMARIES = {
+    "causal_mask": "causal_mask(n, *, device=None): bool (n, n), True where key j <= query i.",
+    "influence_matrix": "influence_matrix(f, x): for x (L, d), the (L, L) matrix of Frobenius norms "
+                        "||∂f(x)[i] / ∂x[j]||; x unchanged.",
+    "to_additive": "to_additive(mask, dtype=torch.float32): 0 where the mask is True, -inf (or <= "
+                   "finfo(dtype).min) where False; same shape, requested dtype, on the mask's device.",
+    "masked_softmax": "masked_softmax(scores, mask): softmax over the last dim with the bool mask applied "
+                      "before normalising; fully masked rows give zeros, never NaN.",
+    "attention": "attention(q, k, v, mask=None): scaled dot-product attention with scale 1/sqrt(d); "
+                 "returns (out (..., Lq, dv), weights (..., Lq, Lk)), zeros for fully masked rows.",
+    "padding_mask": "padding_mask(lengths, max_len): bool (B, max_len), True at positions < lengths[b]; "
+                    "vectorised, on lengths' device.",
+    "decoder_mask": "decoder_mask(lengths, max_len): broadcasts to (B, 1, L, L): causal AND key position "
+                    "< lengths[b]; padded query rows are not masked.",
+    "encoder_decoder_masks": "encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len): "
+                             "(enc_self, dec_self, cross) masks for (B,1,S,S), (B,1,T,T), (B,1,T,S).",
+    "multi_head_attention": "multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None): "
+                            "(B, Lq, D) with heads of width d = D // n_heads, weights applied as x @ w.T.",
+    "kv_cache_attention": "kv_cache_attention(q, k_new, v_new, k_cache, v_cache): n new tokens attend the "
+                          "cache and themselves (query i sees keys 0 .. T + i); returns (out, k_all, v_all).",
+    "sliding_window_mask": "sliding_window_mask(n, window, *, device=None): bool (n, n), j <= i and "
+                           "i - j < window.",
+    "prefix_lm_mask": "prefix_lm_mask(n, prefix_len, *, device=None): bool (n, n), j <= i or j < prefix_len.",
+    "document_mask": "document_mask(doc_ids): broadcasts to (B, 1, L, L): same document id and j <= i.",
+}
+
+
+def public_summary(name: str) -> str:
+    """The one-line task statement of exercise ``name``."""
+    if name not in _SUMMARIES:
+        raise KeyError(f"unknown exercise {name!r}; expected one of {list(EXERCISES)}")
+    return _SUMMARIES[name]
+
+
+__all__ = ["EXERCISES", "POINTS", "public_summary"]

@@ -1,0 +1,111 @@
+"""Chapter 1, leakage: ``causal_mask`` and ``influence_matrix``."""
+
+from __future__ import annotations
+
+import torch
+
+import attnmask as am
+
+from .. import cases
+from .. import diagnose as dg
+from ..spec import Call, Check, FnSpec
+from . import judges as J
+
+M = dg.MISTAKES
+
+
+# --------------------------------------------------------------------------- causal_mask
+
+def square(args: tuple, kwargs: dict) -> tuple[int, int]:
+    """Contract shape (n, n) of a builder whose first argument is n."""
+    return (args[0], args[0])
+
+
+def diagnose_causal(args, kwargs, got, index, dtype) -> str | None:
+    ref = am.causal_mask(args[0])
+    eye = torch.eye(args[0], dtype=torch.bool)
+    return dg.name_mistake(got, [
+        (M["inverted"], lambda: ~ref),
+        (M["diagonal_excluded"], lambda: ref & ~eye),
+        (M["wrong_triangle"], lambda: ref.T),
+        (M["no_mask"], lambda: torch.ones_like(ref)),
+    ], dtype)
+
+
+CAUSAL = J.Recipe("causal_mask", am.causal_mask, ("n",),
+                  (J.Out("mask", "mask", "(n, n)", square),), diagnose_causal)
+
+
+def causal_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    public = [("matches reference (n=4)", (4,)), ("a single token sees itself (n=1)", (1,))]
+    checks = [J.values(CAUSAL, name, [Call(args)], public=True) for name, args in public]
+    if not hidden:
+        return checks
+    return checks + J.int_mask_checks(CAUSAL, seed, public, [("n = 2", (2,))],
+                                      lambda gen: (cases.integer(gen, 3, 16),))
+
+
+# --------------------------------------------------------------------------- influence_matrix
+
+def attention_fn(gen: torch.Generator, d: int, causal: bool) -> FnSpec:
+    w = lambda: cases.randn(gen, d, d, scale=0.7)  # noqa: E731
+    return FnSpec("attention", {"w_q": w(), "w_k": w(), "w_v": w(), "causal": causal})
+
+
+def mix_fn(gen: torch.Generator, L: int, d: int, d_out: int) -> FnSpec:
+    return FnSpec("mix", {"a": cases.randn(gen, L, L), "w": cases.randn(gen, d, d_out)})
+
+
+def diagnose_influence(args, kwargs, got, index, dtype) -> str | None:
+    f, x = args
+    ref = am.influence_matrix(f, x)
+    return dg.name_mistake(got, [
+        ("the matrix is transposed: row i is the output position, column j the input position "
+         "([i, j] = ||∂f(x)[i] / ∂x[j]||).", lambda: ref.T),
+        ("the norms are squared: take the square root of the sum of squares (the Frobenius norm).",
+         lambda: ref**2),
+        ("the gradient of f(x)[i].sum() is not the Jacobian block: summing the outputs first lets "
+         "components cancel. Differentiate every output component (e.g. torch.autograd.functional.jacobian).",
+         lambda: grad_of_sum(f, x)),
+    ], dtype)
+
+
+def grad_of_sum(f, x: torch.Tensor) -> torch.Tensor:
+    """The mistaken [i, j] = ||∂ sum_k f(x)[i, k] / ∂x[j]||, for recognising it."""
+    rows = []
+    for i in range(x.shape[0]):
+        xi = x.detach().clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(f(xi)[i].sum(), xi)
+        rows.append(g.norm(dim=-1))
+    return torch.stack(rows)
+
+
+INFLUENCE = J.Recipe("influence_matrix", am.influence_matrix, ("f", "x"),
+                     (J.Out("influence", "number", "(L, L)", dtype=lambda a, k: None),),
+                     diagnose_influence, kept=(1,))
+
+
+def influence_matrix_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = INFLUENCE
+    pub = cases.generator(cases.PUBLIC_SEED, R.name)
+    checks = [
+        J.values(R, "causal attention layer (L=4, d=3)",
+                 [Call((attention_fn(pub, 3, True), cases.randn(pub, 4, 3)))], public=True),
+        J.values(R, "token mixing A·x·W (L=3, d=2, d'=4)",
+                 [Call((mix_fn(pub, 3, 2, 4), cases.randn(pub, 3, 2)))], public=True),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    L, d = cases.integer(gen, 5, 8), cases.integer(gen, 2, 4)
+    x = lambda dtype=torch.float32: cases.randn(gen, L, d, dtype=dtype)  # noqa: E731
+    return checks + [
+        J.values(R, "causal attention layer (random)", [Call((attention_fn(gen, d, True), x()))]),
+        J.values(R, "attention layer without mask", [Call((attention_fn(gen, d, False), x()))]),
+        J.values(R, "position-wise map → diagonal only",
+                 [Call((FnSpec("elementwise", {"scale": 0.5 + float(torch.rand((), generator=gen))}), x()))]),
+        J.values(R, "token mixing, d' ≠ d (random)", [Call((mix_fn(gen, L, d, d + 3), x()))]),
+        J.values(R, "matches reference (float16 x)", [Call((mix_fn(gen, L, d, d), x(torch.float16)))]),
+        J.unchanged(R, "does not modify x", [Call((attention_fn(gen, d, True), x()))]),
+        J.on_cuda(R, "matches on CUDA", [Call((attention_fn(gen, d, True), x()))]),
+    ]

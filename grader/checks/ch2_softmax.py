@@ -1,0 +1,310 @@
+"""Chapter 2, the mask goes in before the softmax: ``to_additive``,
+``masked_softmax`` and ``attention``.
+
+:func:`softmax_mistakes` and :func:`attention_mistakes` are the recognisers of
+the classic softmax/attention mistakes; chapters 5 and 6 reuse them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import attnmask as am
+
+from .. import cases
+from .. import diagnose as dg
+from ..spec import Call, Check, Outcome, Verdict
+from . import judges as J
+
+M = dg.MISTAKES
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+# --------------------------------------------------------------------------- to_additive
+
+def diagnose_additive(args, kwargs, got, index, dtype) -> str | None:
+    mask = args[0]
+    target = kwargs.get("dtype", F32)
+    lowest = torch.finfo(target).min
+    g = got.double()
+    allowed_vals, blocked_vals = g[mask], g[~mask]
+    if bool(torch.isnan(allowed_vals).any()):
+        return M["zero_times_inf"]
+    if bool((blocked_vals == 0).all()) and bool((allowed_vals <= lowest).all()):
+        return M["inverted"]
+    if bool((allowed_vals == 1).all()) and bool((blocked_vals == 0).all()):
+        return ("this is a multiplicative 0/1 mask: an additive mask is 0 where attention is allowed and "
+                "-inf where it is blocked, so that softmax(scores + bias) ignores blocked keys.")
+    finite = blocked_vals[torch.isfinite(blocked_vals)]
+    if bool((allowed_vals == 0).all()) and finite.numel() and bool((finite > lowest).any()):
+        return (f"blocked positions hold {float(finite.max()):g}, which is not negative enough: "
+                f"use -inf or at most torch.finfo({dg.dtype_str(target)}).min = {lowest:.4g}, so that "
+                "no real score can outweigh it.")
+    return None
+
+
+ADDITIVE = J.Recipe(
+    "to_additive", am.to_additive, ("mask",),
+    (J.Out("bias", "additive", "the mask's shape", dtype=lambda a, k: k.get("dtype", F32)),),
+    diagnose_additive,
+)
+
+
+def to_additive_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = ADDITIVE
+    pub = am.causal_mask(3, n_keys=4, align="top_left")  # (3, 4): readable, with both values
+    checks = [
+        J.values(R, "0 where True, -inf where False (Lq=3, Lk=4)", [Call((pub,))], public=True),
+        J.values(R, "dtype=float16 (B=2, 1, 1, Lk=4)",
+                 [Call((torch.tensor([[True, True, False, False], [True] * 4])[:, None, None],),
+                       {"dtype": F16})], public=True),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    B, Lq, Lk = cases.integer(gen, 2, 3), cases.integer(gen, 2, 6), cases.integer(gen, 7, 12)
+    m = lambda *s: cases.random_mask(gen, *s)  # noqa: E731
+    return checks + [
+        J.values(R, "matches reference (random masks)",
+                 [Call((m(B, 1, Lq, Lk),)), Call((m(Lq, Lk),), {"dtype": BF16}),
+                  Call((m(B, 1, 1, Lk),), {"dtype": F16})]),
+        J.dtypes(R, "returns the requested dtype", [Call((m(Lq, Lk),), {"dtype": d}) for d in cases.FLOATS]),
+        J.on_device(R, "stays on the mask's device (meta)",
+                    [Call((m(B, 1, Lq, Lk),), {"dtype": F16}, "meta")]),
+        J.unchanged(R, "does not modify the mask", [Call((m(Lq, Lk),))]),
+        J.on_cuda(R, "matches on CUDA", [Call((m(B, 1, Lq, Lk),), {"dtype": F16})]),
+    ]
+
+
+# --------------------------------------------------------------------------- masked_softmax
+
+def _blocked_rows(mask: torch.Tensor, shape) -> torch.Tensor:
+    return ~torch.broadcast_to(mask, shape).any(dim=-1, keepdim=True)  # (..., Lq, 1)
+
+
+def softmax_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> list[dg.Candidate]:
+    """What the classic masked-softmax mistakes return on ``scores``/``mask`` (float64)."""
+    ref = lambda: am.masked_softmax(scores, mask)  # noqa: E731
+    if mask is None:
+        return [(M["wrong_dim"], lambda: torch.softmax(scores, dim=-2))]
+    full = torch.broadcast_to(mask, scores.shape)
+    empty = _blocked_rows(mask, scores.shape)
+    Lk = scores.shape[-1]
+
+    def filled(value):
+        return torch.softmax(scores.masked_fill(~full, value), dim=-1)
+
+    return [
+        (M["nan_rows"], lambda: ref().masked_fill(empty, float("nan"))),
+        (M["uniform_rows"], lambda: torch.where(empty, torch.full_like(scores, 1.0 / Lk), ref())),
+        (M["inverted"], lambda: am.masked_softmax(scores, ~full)),
+        (M["inverted"], lambda: torch.softmax(scores.masked_fill(full, float("-inf")), dim=-1)),
+        (M["after_softmax"], lambda: torch.softmax(scores, dim=-1) * full),
+        (M["multiply_logits"], lambda: torch.softmax(scores * full, dim=-1)),
+        (M["wrong_dim"], lambda: am.masked_softmax(scores.mT, full.mT).mT),
+        (M["wrong_dim"], lambda: torch.softmax(scores.masked_fill(~full, float("-inf")), dim=-2)),
+        (M["zero_times_inf"], lambda: torch.softmax(scores + (~full).double() * float("-inf"), dim=-1)),
+        (M["zero_times_inf"], lambda: torch.zeros_like(scores)),
+        *[(M["fill_not_negative"], lambda v=v: filled(v)) for v in (-1e4, -1e5, -1e9, -65504.0)],
+    ]
+
+
+def diagnose_softmax(args, kwargs, got, index, dtype) -> str | None:
+    scores, mask = args[0], args[1]
+    return dg.name_mistake(got, softmax_mistakes(scores, mask), dtype)
+
+
+SOFTMAX = J.Recipe("masked_softmax", am.masked_softmax, ("scores", "mask"),
+                   (J.Out("weights", "number", "(..., Lq, Lk)"),), diagnose_softmax)
+
+
+def with_empty_row(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``mask`` with one query row fully blocked (and every other row kept non-empty)."""
+    mask = mask.clone()
+    mask[..., :, 0] = True
+    flat = mask.view(-1, mask.shape[-1])
+    flat[int(torch.randint(0, flat.shape[0], (), generator=gen))] = False
+    return mask
+
+
+def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = SOFTMAX
+    pub = cases.generator(cases.PUBLIC_SEED, R.name)
+    causal = am.causal_mask(3, n_keys=4)
+    blocked = torch.tensor([[True, False, True, False], [False] * 4, [True, True, True, False]])
+    checks = [
+        J.values(R, "matches reference (Lq=3, Lk=4)", [Call((cases.randn(pub, 3, 4), causal))], public=True),
+        J.values(R, "fully masked row → zeros", [Call((cases.randn(pub, 2, 3, 4), blocked))], public=True),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    B, H, Lq, Lk = 2, cases.integer(gen, 2, 3), cases.integer(gen, 2, 5), cases.integer(gen, 6, 9)
+    s = lambda dtype=F32, scale=1.5: cases.randn(gen, B, H, Lq, Lk, dtype=dtype, scale=scale)  # noqa: E731
+    full = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
+    keys = lambda: cases.random_mask(gen, B, 1, 1, Lk) | (torch.arange(Lk) == 0)  # noqa: E731
+    square = lambda: with_empty_row(cases.random_mask(gen, Lq, Lk), gen)  # noqa: E731
+    very_negative = cases.randn(gen, B, H, Lq, Lk, scale=3.0) - 1e5
+    return checks + [
+        J.values(R, "matches reference (B=2, H, Lq, Lk)", [Call((s(), full()))]),
+        J.values(R, "mask broadcasts: (B, 1, 1, Lk), (Lq, Lk)", [Call((s(), keys())), Call((s(), square()))]),
+        J.values(R, "float16, with a fully masked row", [Call((s(F16), full())), Call((s(F16), keys()))]),
+        J.values(R, "bfloat16, with a fully masked row",
+                 [Call((s(BF16), full())), Call((s(BF16), square()))]),
+        J.values(R, "very negative scores (≈ -1e5)", [Call((very_negative, full()))]),
+        J.dtypes(R, "keeps the scores' dtype", [Call((s(d), full())) for d in cases.FLOATS]),
+        J.gradients(R, "finite gradients, match reference", [Call((s(), full())), Call((s(BF16), square()))]),
+        J.unchanged(R, "does not modify inputs", [Call((s(), full()))]),
+        J.on_cuda(R, "matches on CUDA", [Call((s(F16), full())), Call((s(), keys()))]),
+    ]
+
+
+# --------------------------------------------------------------------------- attention
+
+def attention_with(q, k, v, weights_fn, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    w = weights_fn(q @ k.transpose(-2, -1) * scale)
+    return w @ v, w
+
+
+def attention_mistakes(q, k, v, mask) -> list[dg.Candidate]:
+    """What the classic attention mistakes return: a wrong scale, or any of the
+    masked-softmax mistakes inside an otherwise correct attention."""
+    d = q.shape[-1]
+    ref_weights = lambda s: am.masked_softmax(s, mask)  # noqa: E731
+    out = [
+        (M["no_scale"], lambda: attention_with(q, k, v, ref_weights, 1.0)),
+        (M["scale_1_over_d"], lambda: attention_with(q, k, v, ref_weights, 1.0 / d)),
+    ]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    for message, thunk in softmax_mistakes(scores, mask):
+        out.append((message, lambda thunk=thunk: (thunk() @ v, thunk())))
+    return out
+
+
+def diagnose_attention(args, kwargs, got, index, dtype) -> str | None:
+    q, k, v = args[:3]
+    mask = args[3] if len(args) > 3 else None
+    return dg.name_mistake(got, attention_mistakes(q, k, v, mask), dtype, index)
+
+
+ATTENTION = J.Recipe("attention", am.attention, ("q", "k", "v", "mask"),
+                     (J.Out("out", "number", "(..., Lq, dv)"), J.Out("weights", "number", "(..., Lq, Lk)")),
+                     diagnose_attention)
+
+
+def pair_judge(recipe: J.Recipe, rows, what: str, only: tuple[int, ...] | None = None):
+    """Calls come in pairs that differ only in positions that must not matter;
+    ``rows(call) -> bool (..., Lq)`` marks the query rows that must come out the
+    same in the outputs ``only`` (default: all). Judged against the student's own
+    outputs, not the reference."""
+
+    def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
+        for k in range(0, len(calls) - 1, 2):
+            a, b = outcomes[k], outcomes[k + 1]
+            inputs = J.inputs_of(recipe, calls[k])
+            for o in (a, b):
+                if o.error is not None:
+                    return dg.fail(dg.explain_error(o.error), f"inputs: {inputs}")
+            ga, msg_a = dg.unpack(a.output, recipe.out_names)
+            gb, msg_b = dg.unpack(b.output, recipe.out_names)
+            if msg_a or msg_b:
+                return dg.fail(msg_a or msg_b)
+            keep = rows(calls[k])  # (..., Lq) bool
+            dtype = J.float_dtype(calls[k])
+            for i, (out, x, y) in enumerate(zip(recipe.outs, ga, gb)):
+                if (only is not None and i not in only) or x.shape != y.shape or x.dim() < 2:
+                    continue
+                sel = torch.broadcast_to(keep[..., None], x.shape)
+                x0, y0 = torch.where(sel, x.double(), 0.0), torch.where(sel, y.double(), 0.0)
+                if not dg.close(y0, x0, dtype):
+                    return dg.fail(what, "the same call with those positions changed gave a different "
+                                   f"{out.name}:\n" + dg.number_detail(y0, x0, dtype, out.name, inputs))
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def future_rows(call: Call) -> torch.Tensor:
+    """The query rows before t = Lq // 2, where :func:`causal_pairs` starts changing tokens."""
+    q = call.args[0]
+    Lq = q.shape[-2]
+    return torch.arange(Lq) < Lq // 2
+
+
+def causal_pairs(gen: torch.Generator, shape_q, dtype=F32) -> list[Call]:
+    """Two self-attention calls with a causal mask, differing from t = L // 2 on."""
+    *lead, L, d = shape_q
+    q, k, v = (cases.randn(gen, *shape_q, dtype=dtype) for _ in range(3))
+    q2, k2, v2 = (t.clone() for t in (q, k, v))
+    for t in (q2, k2, v2):
+        t[..., L // 2:, :] = cases.randn(gen, *lead, L - L // 2, d, dtype=dtype) * 3
+    mask = am.causal_mask(L)
+    return [Call((q, k, v, mask)), Call((q2, k2, v2, mask))]
+
+
+def padding_pairs(gen: torch.Generator, B: int, L: int, d: int, dtype=F32) -> list[Call]:
+    """Two self-attention calls with a key padding mask (B, 1, 1, L), differing
+    only at padded positions."""
+    lengths = cases.positive_lengths(gen, B, L)
+    lengths[0] = max(1, L - 2)  # at least one sequence with padding
+    real = am.padding_mask(lengths, L)  # (B, L)
+    q, k, v = (cases.randn(gen, B, 1, L, d, dtype=dtype) for _ in range(3))
+    noise = lambda: cases.randn(gen, B, 1, L, d, dtype=dtype) * 3  # noqa: E731
+    pad = ~real[:, None, :, None]
+    q2, k2, v2 = (torch.where(pad, noise(), t) for t in (q, k, v))
+    mask = real[:, None, None, :]
+    return [Call((q, k, v, mask)), Call((q2, k2, v2, mask))]
+
+
+def real_rows(call: Call) -> torch.Tensor:
+    """Query rows that are real tokens: the key padding mask (B, 1, 1, L) read as rows."""
+    mask = call.args[-1]
+    return mask[:, :, 0, :]  # (B, 1, L)
+
+
+
+def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = ATTENTION
+    pub = cases.generator(cases.PUBLIC_SEED, R.name)
+    r = lambda *s, dtype=F32: cases.randn(pub, *s, dtype=dtype)  # noqa: E731
+    checks = [
+        J.values(R, "no mask (Lq=3, Lk=3, d=4)", [Call((r(3, 4), r(3, 4), r(3, 4)))], public=True),
+        J.values(R, "causal mask (L=4, d=2)", [Call((r(4, 2), r(4, 2), r(4, 2), am.causal_mask(4)))],
+                 public=True),
+        J.values(R, "fully masked row → zero weights and output",
+                 [Call((r(2, 3, 2), r(2, 4, 2), r(2, 4, 3),
+                        torch.tensor([[True, False, True, True], [False] * 4, [True, True, False, False]])))],
+                 public=True),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    B, H, Lq, Lk = 2, cases.integer(gen, 2, 3), cases.integer(gen, 2, 5), cases.integer(gen, 6, 9)
+    d, dv = cases.integer(gen, 4, 8), cases.integer(gen, 2, 5)
+
+    def qkv(dtype=F32, lead=(B, H)):
+        return (cases.randn(gen, *lead, Lq, d, dtype=dtype), cases.randn(gen, *lead, Lk, d, dtype=dtype),
+                cases.randn(gen, *lead, Lk, dv, dtype=dtype))
+
+    full = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
+    keys = lambda: cases.random_mask(gen, B, 1, 1, Lk) | (torch.arange(Lk) == 0)  # noqa: E731
+    square = lambda: with_empty_row(cases.random_mask(gen, Lq, Lk), gen)  # noqa: E731
+    return checks + [
+        J.values(R, "matches reference (B=2, H, Lq ≠ Lk, d ≠ dv)",
+                 [Call((*qkv(), full())), Call(qkv()), Call((*qkv(lead=()), square()))]),
+        J.values(R, "mask broadcasts: (B, 1, 1, Lk), (Lq, Lk)",
+                 [Call((*qkv(), keys())), Call((*qkv(), square()))]),
+        J.values(R, "float16, with a fully masked row", [Call((*qkv(F16), full()))]),
+        J.values(R, "bfloat16, with a fully masked row", [Call((*qkv(BF16), full()))]),
+        J.dtypes(R, "keeps the inputs' dtype", [Call((*qkv(d_), square())) for d_ in cases.FLOATS]),
+        Check("future tokens do not change earlier outputs", causal_pairs(gen, (B, H, 6, d)),
+              pair_judge(R, future_rows, M["future_leak"])),
+        Check("padded tokens do not change real outputs", padding_pairs(gen, B + 1, 6, d),
+              pair_judge(R, real_rows, M["padding_leak"])),
+        J.gradients(R, "finite gradients, match reference",
+                    [Call((*qkv(), full())), Call((*qkv(BF16), keys()))]),
+        J.unchanged(R, "does not modify inputs", [Call((*qkv(), full()))]),
+        J.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), full())), Call((*qkv(), keys()))]),
+    ]

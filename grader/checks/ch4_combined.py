@@ -1,0 +1,78 @@
+"""Chapter 4, causal AND padding: ``decoder_mask``.
+
+:func:`decoder_mistakes` recognises the classic mistakes of combining a
+causal mask with key padding; chapter 5 reuses it for the decoder's
+self-attention mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import attnmask as am
+
+from .. import cases
+from .. import diagnose as dg
+from ..spec import Call, Check
+from . import judges as J
+
+M = dg.MISTAKES
+
+
+def decoder_mistakes(lengths: torch.Tensor, L: int) -> list[dg.Candidate]:
+    """What the classic decoder-mask mistakes return, as (B, 1, L, L) masks."""
+    B = lengths.shape[0]
+    causal = am.causal_mask(L)  # (L, L)
+    real = am.padding_mask(lengths, L)  # (B, L)
+    keys, rows = real[:, None, None, :], real[:, None, :, None]  # (B, 1, 1, L), (B, 1, L, 1)
+    eye = torch.eye(L, dtype=torch.bool)
+    full = lambda m: m.expand(B, 1, L, L)  # noqa: E731
+    return [
+        (M["inverted"], lambda: ~am.decoder_mask(lengths, L)),
+        (M["queries_padded"], lambda: full(causal & rows)),
+        (M["rows_padded_too"], lambda: full(causal & rows & keys)),
+        (M["no_padding"], lambda: full(causal[None, None])),
+        (M["no_causal"], lambda: full(keys)),
+        (M["diagonal_excluded"], lambda: full(causal & ~eye & keys)),
+        (M["wrong_triangle"], lambda: full(causal.T & keys)),
+        (M["padding_off_by_one"],
+         lambda: full(causal & am.padding_mask(lengths + 1, L + 1)[:, None, None, :L])),
+    ]
+
+
+def diagnose_decoder(args, kwargs, got, index, dtype) -> str | None:
+    lengths, L = args
+    return dg.name_mistake(got, decoder_mistakes(lengths, L), dtype)
+
+
+def decoder_shape(args: tuple, kwargs: dict) -> tuple[int, ...]:
+    return (args[0].shape[0], 1, args[1], args[1])
+
+
+DECODER = J.Recipe("decoder_mask", am.decoder_mask, ("lengths", "max_len"),
+                   (J.Out("mask", "mask", "(B, 1, L, L)", decoder_shape),), diagnose_decoder)
+
+
+def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = DECODER
+    checks = [
+        J.values(R, "lengths [2, 4], max_len 4", [Call((torch.tensor([2, 4]), 4))], public=True),
+        J.values(R, "length 0 and length = max_len", [Call((torch.tensor([5, 0]), 5))], public=True),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    calls = []
+    for _ in range(3):
+        B, L = cases.integer(gen, 2, 4), cases.integer(gen, 3, 10)
+        calls.append(Call((cases.lengths(gen, B, L), L)))
+    B, L = cases.integer(gen, 2, 4), cases.integer(gen, 5, 9)
+    lengths = cases.lengths(gen, B, L)
+    return checks + [
+        J.values(R, "matches reference (random B, lengths)", calls),
+        J.values(R, "one token (max_len = 1)", [Call((torch.tensor([1, 0, 1]), 1))]),
+        J.dtypes(R, "returns torch.bool", [Call((lengths, L))]),
+        J.on_device(R, "on lengths' device, vectorised (meta)", [Call((lengths, L), device="meta")]),
+        J.unchanged(R, "does not modify lengths", [Call((lengths, L))]),
+        J.on_cuda(R, "matches on CUDA", [Call((lengths, L))]),
+    ]

@@ -1,0 +1,153 @@
+"""Chapter 6, KV-cache decoding: ``kv_cache_attention``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import attnmask as am
+
+from .. import cases
+from .. import diagnose as dg
+from ..spec import Call, Check, Outcome, Verdict
+from . import judges as J
+from .ch2_softmax import pair_judge
+
+M = dg.MISTAKES
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+def cache_mistakes(q, k_new, v_new, k_cache, v_cache, index) -> list[dg.Candidate]:
+    n, T, d = q.shape[2], k_cache.shape[2], q.shape[-1]
+    k_all, v_all = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    if index > 0:
+        return [("the cache goes first: k_all = cat(k_cache, k_new, dim=2), so positions stay in order.",
+                 lambda: (None, torch.cat([k_new, k_cache], 2), torch.cat([v_new, v_cache], 2)))]
+    causal = am.causal_mask(n, n_keys=T + n)  # (n, T + n), bottom-right
+    att = lambda mask, **kw: am.attention(q, k_all, v_all, mask, **kw)[0]  # noqa: E731
+    return [
+        (M["top_left"], lambda: att(am.causal_mask(n, n_keys=T + n, align="top_left"))),
+        ("the new tokens see each other's future: with n > 1 new tokens, query i may see keys 0 .. T + i "
+         "only (a causal mask aligned bottom-right).", lambda: att(None)),
+        ("the cache is ignored: the new queries must attend to the cached keys too (cat them first).",
+         lambda: am.attention(q, k_new, v_new, am.causal_mask(n))[0]),
+        (M["inverted"], lambda: att(~causal)),
+        (M["no_scale"], lambda: att(causal, scale=1.0)),
+        (M["scale_1_over_d"], lambda: att(causal, scale=1.0 / d)),
+        ("the scale is off: use 1/sqrt(d), the width of one head.",
+         lambda: att(causal, scale=1 / math.sqrt(T + n))),
+    ]
+
+
+def diagnose_cache(args, kwargs, got, index, dtype) -> str | None:
+    return dg.name_mistake(got, cache_mistakes(*args, index), dtype, index)
+
+
+def _shape(i: int):
+    def shape(args: tuple, kwargs: dict) -> tuple[int, ...]:
+        B, H, n, d = args[0].shape
+        return (B, H, n, d) if i == 0 else (B, H, args[3].shape[2] + n, d)
+
+    return shape
+
+
+CACHE = J.Recipe(
+    "kv_cache_attention", am.kv_cache_attention, ("q", "k_new", "v_new", "k_cache", "v_cache"),
+    (J.Out("out", "number", "(B, H, n, d)"), J.Out("k_all", "number", "(B, H, T + n, d)"),
+     J.Out("v_all", "number", "(B, H, T + n, d)")),
+    diagnose_cache,
+)
+
+
+def qkv(gen, B, H, n, T, d, dtype=F32) -> tuple[torch.Tensor, ...]:
+    new = [cases.randn(gen, B, H, n, d, dtype=dtype) for _ in range(3)]
+    return (*new, cases.randn(gen, B, H, T, d, dtype=dtype), cases.randn(gen, B, H, T, d, dtype=dtype))
+
+
+def decoding_calls(gen, B: int, H: int, L: int, d: int) -> list[Call]:
+    """One full pass over L tokens with an empty cache, then the same sequence
+    decoded as: one token at a time, and a chunk of 3 after a prefix of 2. Each
+    call is given the cache it would have had."""
+    q, k, v = (cases.randn(gen, B, H, L, d) for _ in range(3))
+
+    def step(start: int, stop: int) -> Call:
+        # clone: each call owns its tensors (views would ship the whole storage)
+        new = tuple(t[:, :, start:stop].clone() for t in (q, k, v))
+        return Call((*new, k[:, :, :start].clone(), v[:, :, :start].clone()))
+
+    return [step(0, L)] + [step(t, t + 1) for t in range(L)] + [step(2, 5)]
+
+
+def decoding_judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
+    """The outputs of the step-by-step and chunked calls equal the rows of the
+    full pass, and the returned caches equal the sequence's prefix."""
+    R = CACHE
+    for call, o in zip(calls, outcomes):
+        if o.error is not None:
+            return dg.fail(dg.explain_error(o.error), f"inputs: {J.inputs_of(R, call)}")
+    outs = []
+    for o in outcomes:
+        got, msg = dg.unpack(o.output, R.out_names)
+        if msg:
+            return dg.fail(msg)
+        outs.append(got)
+    full, k = outs[0][0], calls[0].args[1]
+    L = full.shape[2]
+    pieces = [(t, t + 1, outs[1 + t]) for t in range(L)] + [(2, 5, outs[-1])]
+    for (start, stop, got), call in zip(pieces, calls[1:]):
+        label = f"token {start}" if stop == start + 1 else f"tokens {start}..{stop - 1} at once"
+        want = full[:, :, start:stop]
+        if tuple(got[0].shape) != tuple(want.shape):
+            return dg.fail(f"decoding {label} returned out of shape {dg.shape_str(got[0].shape)}; "
+                           f"expected (B, H, n, d) = {dg.shape_str(want.shape)}")
+        if not dg.close(got[0], want, F32):
+            return dg.fail(
+                f"decoding {label} with a cache of {start} gave a different output than the full pass: "
+                "new query i must see exactly keys 0 .. T + i",
+                dg.number_detail(got[0], want, F32, "out", J.inputs_of(R, call)))
+        if tuple(got[1].shape) != (*k.shape[:2], stop, k.shape[3]) or not torch.equal(got[1], k[:, :, :stop]):
+            return dg.fail(f"decoding {label}: k_all is not cat(k_cache, k_new, dim=2)")
+    return dg.PASS
+
+
+def future_rows(call: Call) -> torch.Tensor:
+    n = call.args[0].shape[2]
+    return torch.arange(n) < n // 2  # (n,)
+
+
+def chunk_pairs(gen, B, H, n, T, d) -> list[Call]:
+    """Two calls with the same cache whose new tokens differ from n // 2 on."""
+    a = qkv(gen, B, H, n, T, d)
+    b = tuple(t.clone() for t in a)
+    for t in b[:3]:
+        t[:, :, n // 2:] = cases.randn(gen, B, H, n - n // 2, d) * 3
+    return [Call(a), Call(b)]
+
+
+def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = CACHE
+    pub = cases.generator(cases.PUBLIC_SEED, R.name)
+    checks = [
+        J.values(R, "one new token, cache of T=3 (d=2)", [Call(qkv(pub, 1, 1, 1, 3, 2))], public=True),
+        J.values(R, "empty cache T=0, n=3 new tokens", [Call(qkv(pub, 1, 1, 3, 0, 2))], public=True),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    B, H, d = 2, cases.integer(gen, 1, 3), cases.integer(gen, 2, 6)
+    n, T = cases.integer(gen, 2, 4), cases.integer(gen, 3, 7)
+    return checks + [
+        J.values(R, "chunk of new tokens (B=2, n > 1, T > 0)", [Call(qkv(gen, B, H, n, T, d))]),
+        Check("step by step equals the full pass", decoding_calls(gen, B, H, 6, d),
+              dg.judged(decoding_judge)),
+        Check("later new tokens do not change earlier ones", chunk_pairs(gen, B, H, 4, T, d),
+              pair_judge(R, future_rows, M["future_leak"], only=(0,))),
+        J.values(R, "float16", [Call(qkv(gen, B, H, n, T, d, F16))]),
+        J.values(R, "bfloat16", [Call(qkv(gen, B, H, n, T, d, BF16))]),
+        J.dtypes(R, "keeps the inputs' dtype", [Call(qkv(gen, B, H, n, T, d, dt)) for dt in cases.FLOATS]),
+        J.gradients(R, "finite gradients, match reference", [Call(qkv(gen, B, H, n, T, d))]),
+        J.unchanged(R, "does not modify inputs", [Call(qkv(gen, B, H, n, T, d))]),
+        J.on_device(R, "runs on the inputs' device (meta)", [Call(qkv(gen, B, H, n, T, d), device="meta")]),
+        J.on_cuda(R, "matches on CUDA", [Call(qkv(gen, B, H, n, T, d, F16)), Call(qkv(gen, B, H, n, 0, d))]),
+    ]

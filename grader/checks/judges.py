@@ -1,0 +1,462 @@
+"""Judges and check factories shared by every chapter.
+
+A :class:`Recipe` says how one exercise is graded: the reference function
+(from :mod:`attnmask`, trusted), the names of its arguments and outputs, each
+output's contract shape and dtype, and a ``diagnose`` hook that names the
+classic mistake behind a wrong output. The factories below turn a recipe and a
+list of :class:`~grader.spec.Call` s into :class:`~grader.spec.Check` s whose
+judges compare the student's outcomes to the reference computed here, in the
+parent process, on the CPU (in float64 for float inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .. import cases
+from .. import diagnose as dg
+from ..fnspecs import build
+from ..spec import Call, Check, FnSpec, Outcome, Verdict
+
+Diagnose = Callable[[tuple, dict, torch.Tensor, int, torch.dtype], "str | None"]
+
+
+@dataclass(frozen=True)
+class Out:
+    """One returned tensor of an exercise.
+
+    ``kind`` is "mask" (bool, compared after broadcasting to ``shape``),
+    "number" (float, same shape as the reference) or "additive" (0 where the
+    mask allows, <= finfo(dtype).min where it blocks). ``shape`` computes the
+    contract shape from the call's args and kwargs; None means the reference's
+    shape. ``dtype`` gives the expected dtype; None means "any float".
+    """
+
+    name: str
+    kind: str
+    letters: str
+    shape: Callable[[tuple, dict], tuple[int, ...]] | None = None
+    dtype: Callable[[tuple, dict], torch.dtype | None] | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    ref: Callable[..., Any]
+    arg_names: tuple[str, ...]
+    outs: tuple[Out, ...]
+    diagnose: Diagnose | None = None
+    #: args whose values must survive the call; default: every tensor arg
+    kept: tuple[int, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outs)
+
+
+# --------------------------------------------------------------------------- reference side
+
+def float_dtype(call: Call) -> torch.dtype:
+    """The dtype the call's numbers are judged in: its float tensor args' dtype,
+    else a ``dtype`` kwarg, else float32."""
+    for a in call.args:
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point:
+            return a.dtype
+    d = call.kwargs.get("dtype")
+    return d if isinstance(d, torch.dtype) else torch.float32
+
+
+def cpu_args(call: Call, *, wide: bool = True) -> tuple[tuple, dict]:
+    """The call's args on the CPU (floats widened to float64 when ``wide``), with
+    function specs built; kwargs naming a device are pointed at the CPU."""
+
+    def conv(x):
+        if isinstance(x, torch.Tensor):
+            x = x.detach().cpu()
+            return x.double() if wide and x.dtype.is_floating_point else x
+        if isinstance(x, FnSpec):
+            return build(x, "cpu")
+        return x
+
+    args = tuple(conv(a) for a in call.args)
+    kwargs = {k: ("cpu" if k == "device" else conv(v)) for k, v in call.kwargs.items()}
+    return args, kwargs
+
+
+def as_list(x: Any) -> list[torch.Tensor]:
+    return list(x) if isinstance(x, tuple | list) else [x]
+
+
+def reference(recipe: Recipe, call: Call) -> list[torch.Tensor]:
+    args, kwargs = cpu_args(call)
+    return as_list(recipe.ref(*args, **kwargs))
+
+
+def inputs_of(recipe: Recipe, call: Call) -> str:
+    return dg.describe_args(recipe.arg_names, call.args, {k: v for k, v in call.kwargs.items()})
+
+
+# --------------------------------------------------------------------------- comparing one output
+
+def fit(out: Out, got: torch.Tensor, want: torch.Tensor, args: tuple, kwargs: dict
+        ) -> tuple[torch.Tensor | None, torch.Tensor | None, str | None]:
+    """(got, want) in the contract shape, or a message about the shape/values kind."""
+    if out.kind == "mask":
+        got, msg = dg.mask_values(got, out.name)
+        if msg:
+            return None, None, msg
+        shape = out.shape(args, kwargs) if out.shape else tuple(want.shape)
+        want_full = torch.broadcast_to(want, shape)
+        got_full, msg = dg.fit_shape(got, shape, out.name, out.letters)
+        return got_full, want_full, msg
+    if out.kind == "number" and not got.dtype.is_floating_point:
+        return None, None, f"{out.name} is {dg.dtype_str(got.dtype)}; expected a floating tensor"
+    got_full, msg = dg.fit_shape(got, tuple(want.shape), out.name, out.letters, exact=True)
+    return got_full, want, msg
+
+
+def compare(out: Out, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, inputs: str,
+            kwargs: dict) -> tuple[str, str] | None:
+    """None when ``got`` matches; else (what is wrong, detail). Shapes already fitted."""
+    if out.kind == "mask":
+        if torch.equal(got, want):
+            return None
+        return f"{out.name} has wrong cells", dg.mask_detail(want, got, inputs)
+    if out.kind == "additive":
+        return additive_problem(out.name, got, want, kwargs)
+    bad = dg.bad_entries(got, want, dtype)
+    if not bool(bad.any()):
+        return None
+    what = "NaN values" if bool(torch.isnan(got).any()) else "wrong values"
+    return f"{out.name} has {what}", dg.number_detail(got, want, dtype, out.name, inputs)
+
+
+def additive_problem(name: str, got: torch.Tensor, want: torch.Tensor, kwargs: dict
+                     ) -> tuple[str, str] | None:
+    """to_additive's rule: 0 where the mask allows, <= finfo(dtype).min where it blocks."""
+    dtype = kwargs.get("dtype", torch.float32)
+    if not got.dtype.is_floating_point:
+        return f"{name} is {dg.dtype_str(got.dtype)}; expected a floating tensor", ""
+    allowed = want == 0
+    g = got.double()
+    lowest = torch.finfo(dtype).min if isinstance(dtype, torch.dtype) and dtype.is_floating_point \
+        else torch.finfo(torch.float32).min
+    ok = torch.where(allowed, g == 0, g <= lowest)
+    if bool(ok.all()):
+        return None
+    idx = tuple(int(i) for i in (~ok).nonzero()[0])
+    where = "allowed (True)" if bool(allowed[idx]) else "blocked (False)"
+    expected = "0" if bool(allowed[idx]) else \
+        f"-inf or <= torch.finfo({dg.dtype_str(dtype)}).min = {lowest:.4g}"
+    detail = (f"{int((~ok).sum())} of {ok.numel()} entries are off; at {name}{list(idx)} "
+              f"the mask is {where}: got {dg.fmt(float(g[idx]))}, expected {expected}")
+    return f"{name} has wrong values", detail
+
+
+# --------------------------------------------------------------------------- judging calls
+
+def judge_call(recipe: Recipe, call: Call, outcome: Outcome, only: Sequence[int] | None = None
+               ) -> Verdict | None:
+    """None when every judged output matches the reference; else the failing verdict."""
+    inputs = inputs_of(recipe, call)
+    if outcome.error is not None:
+        return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs}")
+    got, msg = dg.unpack(outcome.output, recipe.out_names)
+    if msg:
+        return dg.fail(msg, f"inputs: {inputs}")
+    args, kwargs = cpu_args(call)
+    want = reference(recipe, call)
+    dtype = float_dtype(call)
+    for i in range(len(recipe.outs)) if only is None else only:
+        out = recipe.outs[i]
+        g, w, msg = fit(out, got[i], want[i], args, kwargs)
+        if msg:
+            return dg.fail(msg, f"inputs: {inputs}")
+        problem = compare(out, g, w, dtype, inputs, kwargs)
+        if problem:
+            diagnosis = None
+            if recipe.diagnose is not None:
+                try:
+                    diagnosis = recipe.diagnose(args, kwargs, g, i, dtype)
+                except Exception:  # noqa: BLE001 -- a recogniser must never make the judge fail
+                    diagnosis = None
+            message = f"{out.name}: {diagnosis}" if diagnosis else problem[0]
+            return dg.fail(message, problem[1])
+    return None
+
+
+def values_judge(recipe: Recipe, only: Sequence[int] | None = None):
+    def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
+        for call, outcome in zip(calls, outcomes):
+            verdict = judge_call(recipe, call, outcome, only)
+            if verdict is not None:
+                return verdict
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def dtype_judge(recipe: Recipe):
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            if outcome.error is not None:
+                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
+            got, msg = dg.unpack(outcome.output, recipe.out_names)
+            if msg:
+                return dg.fail(msg)
+            args, kwargs = cpu_args(call, wide=False)
+            for out, g in zip(recipe.outs, got):
+                want = expected_dtype(out, call, args, kwargs)
+                if want is None and not g.dtype.is_floating_point:
+                    return dg.fail(f"{out.name} is {dg.dtype_str(g.dtype)}; expected a floating dtype")
+                if want is not None and g.dtype != want:
+                    return dg.fail(f"{out.name} is {dg.dtype_str(g.dtype)}; expected {dg.dtype_str(want)}"
+                                   + dtype_hint(out, want), f"inputs: {inputs_of(recipe, call)}")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def expected_dtype(out: Out, call: Call, args: tuple, kwargs: dict) -> torch.dtype | None:
+    if out.dtype is not None:
+        return out.dtype(args, kwargs)
+    if out.kind == "mask":
+        return torch.bool
+    return float_dtype(call)
+
+
+def dtype_hint(out: Out, want: torch.dtype) -> str:
+    if out.kind == "mask":
+        return " (True = may attend)"
+    if out.kind == "additive":
+        return ": build it with dtype=dtype"
+    return ": return the inputs' dtype (compute in float32 if you like, then cast back with .to(dtype))"
+
+
+def device_judge(recipe: Recipe, device: str):
+    """Every output on ``device`` with the contract's dtype and shape (values unread)."""
+
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            if outcome.error is not None:
+                return dg.fail(dg.explain_error(outcome.error), f"inputs on {device}: {inputs}")
+            got, msg = dg.unpack(outcome.output, recipe.out_names)
+            if msg:
+                return dg.fail(msg)
+            devices = outcome.devices if isinstance(outcome.devices, tuple | list) else (outcome.devices,)
+            args, kwargs = cpu_args(call)
+            want = reference(recipe, call)
+            for i, (out, g) in enumerate(zip(recipe.outs, got)):
+                dev = devices[i] if i < len(devices) else None
+                if dev != device:
+                    return dg.fail(f"{out.name} is on {dev}; expected {device} — "
+                                   + dg.MISTAKES["wrong_device"], f"inputs on {device}: {inputs}")
+                kind_dtype = expected_dtype(out, call, *cpu_args(call, wide=False))
+                if kind_dtype is not None and g.dtype != kind_dtype:
+                    return dg.fail(f"{out.name} is {dg.dtype_str(g.dtype)}; "
+                                   f"expected {dg.dtype_str(kind_dtype)}")
+                shape = out.shape(args, kwargs) if out.shape else tuple(want[i].shape)
+                _, msg = dg.fit_shape(g, shape, out.name, out.letters, exact=out.kind != "mask")
+                if msg:
+                    return dg.fail(msg, f"inputs on {device}: {inputs}")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def unchanged_judge(recipe: Recipe):
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            if outcome.error is not None:
+                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
+            after = outcome.args_after
+            if not isinstance(after, tuple | list) or len(after) != len(call.args):
+                return dg.fail("the inputs after the call were not recorded")
+            kept = recipe.kept if recipe.kept is not None else range(len(call.args))
+            for i in kept:
+                before = call.args[i]
+                if not isinstance(before, torch.Tensor):
+                    continue
+                name = recipe.arg_names[i]
+                rec = after[i]
+                if not isinstance(rec, dict) or not isinstance(rec.get("value"), torch.Tensor):
+                    return dg.fail(f"{name} after the call was not recorded")
+                value = rec["value"]
+                if value.shape != before.shape or value.dtype != before.dtype or not torch.equal(
+                        value.nan_to_num(0.123), before.nan_to_num(0.123)):
+                    return dg.fail(f"{name} was modified: " + dg.MISTAKES["in_place"],
+                                   f"inputs: {inputs_of(recipe, call)}")
+                if rec.get("grad_set"):
+                    return dg.fail(f"{name}.grad was set: compute gradients with torch.autograd.grad "
+                                   "(or on a detached copy) instead of calling .backward() on the inputs")
+                if rec.get("requires_grad_changed"):
+                    return dg.fail(f"{name}.requires_grad was changed: differentiate a detached copy "
+                                   "(x.detach().clone().requires_grad_()) instead of the input itself")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def reference_grads(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
+    """Gradients of the same weighted sum the worker uses (grader.execute._grads),
+    in float64, w.r.t. the float tensor args."""
+    args, kwargs = cpu_args(call)
+    idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
+    args = tuple(a.requires_grad_(True) if i in idx else a for i, a in enumerate(args))
+    outs = [o for o in as_list(recipe.ref(*args, **kwargs))
+            if isinstance(o, torch.Tensor) and o.dtype.is_floating_point and o.requires_grad]
+    gen = torch.Generator().manual_seed(1234)
+    total = sum((o * torch.randn(o.shape, generator=gen).double()).sum() for o in outs)
+    grads = torch.autograd.grad(total, [args[i] for i in idx], allow_unused=True)
+    return dict(zip(idx, grads))
+
+
+def grads_judge(recipe: Recipe):
+    """Gradients exist, are finite, and (float32 calls) match the reference's."""
+
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            if outcome.error is not None:
+                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs}")
+            grads = outcome.grads
+            if not isinstance(grads, dict):
+                return dg.fail("no gradients were recorded", f"inputs: {inputs}")
+            if "error" in grads:
+                return dg.fail(f"the backward pass failed: {grads['error']}"[:300]
+                               + " — every output must come from differentiable torch operations "
+                                 "(no .detach(), torch.no_grad() or .item())", f"inputs: {inputs}")
+            want = reference_grads(recipe, call)
+            dtype = float_dtype(call)
+            for i, w in want.items():
+                name = recipe.arg_names[i]
+                g = grads.get(i)
+                if g is None:
+                    if w is not None and bool((w != 0).any()):
+                        return dg.fail(f"no gradient reaches {name}: every output must come from "
+                                       "differentiable torch operations on the inputs", f"inputs: {inputs}")
+                    continue
+                if not isinstance(g, torch.Tensor) or tuple(g.shape) != tuple(call.args[i].shape):
+                    return dg.fail(f"the gradient of {name} is {dg.describe(g)}; "
+                                   f"expected the shape of {name}")
+                if not bool(torch.isfinite(g).all()):
+                    return dg.fail(f"the gradient of {name} has NaN or inf: " + NAN_GRADS,
+                                   f"inputs: {inputs}")
+                # float32 gradients go through a few more roundings than the outputs:
+                # judge them at the float16 tolerance.
+                if dtype == torch.float32 and w is not None and bool(
+                        dg.bad_entries(g, w, GRAD_TOL).any()):
+                    return dg.fail(f"the gradient of {name} differs from the reference: "
+                                   "check the outputs are computed from the inputs with "
+                                   "differentiable operations (no detach)",
+                                   dg.number_detail(g, w, torch.float16, f"grad {name}", inputs))
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+GRAD_TOL = torch.float16
+
+NAN_GRADS = ("the softmax of an all -inf row is NaN in the backward pass too, even when the output is "
+             "patched afterwards, and an added -inf bias passes that NaN on to the scores. Use masked_fill "
+             "(its backward zeroes blocked positions) or keep fully masked rows finite before the softmax.")
+
+
+def cuda_judge(recipe: Recipe):
+    """Calls come in pairs (cuda, cpu): the CUDA result is on CUDA, matches the
+    reference, and matches the student's own CPU result."""
+
+    def judge(calls, outcomes):
+        for k in range(0, len(calls) - 1, 2):
+            call, out_gpu, out_cpu = calls[k], outcomes[k], outcomes[k + 1]
+            inputs = inputs_of(recipe, call)
+            if out_gpu.error is not None:
+                return dg.fail("on CUDA " + dg.explain_error(out_gpu.error), f"inputs on cuda: {inputs}")
+            got, msg = dg.unpack(out_gpu.output, recipe.out_names)
+            if msg:
+                return dg.fail("on CUDA " + msg)
+            devices = out_gpu.devices if isinstance(out_gpu.devices, tuple | list) else (out_gpu.devices,)
+            for i, out in enumerate(recipe.outs):
+                dev = devices[i] if i < len(devices) else None
+                if dev != "cuda":
+                    return dg.fail(f"{out.name} is on {dev}; expected cuda — " + dg.MISTAKES["wrong_device"])
+            verdict = judge_call(recipe, call, out_gpu)
+            if verdict is not None:
+                return dg.fail("on CUDA " + verdict.message, verdict.detail)
+            mine, msg = dg.unpack(out_cpu.output, recipe.out_names) if out_cpu.error is None else (None, "")
+            if mine is None:
+                continue  # the CPU result is judged by the CPU checks
+            args, kwargs = cpu_args(call)
+            dtype = float_dtype(call)
+            for i, out in enumerate(recipe.outs):
+                g, m, msg = fit(out, got[i], mine[i].to(got[i].dtype) if out.kind != "mask" else mine[i],
+                                args, kwargs)
+                if msg or g is None:
+                    continue
+                if out.kind == "mask":
+                    if not torch.equal(g, m):
+                        return dg.fail(f"{out.name} on CUDA differs from your CPU result",
+                                       dg.mask_detail(m, g, inputs))
+                elif not dg.close(g, m, dtype):
+                    return dg.fail(f"{out.name} on CUDA differs from your CPU result",
+                                   dg.number_detail(g, m, dtype, out.name, inputs))
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+# --------------------------------------------------------------------------- check factories
+
+def values(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False,
+           only: Sequence[int] | None = None, weight: float = 1.0) -> Check:
+    return Check(name, calls, values_judge(recipe, only), public=public, weight=weight)
+
+
+def dtypes(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False) -> Check:
+    return Check(name, calls, dtype_judge(recipe), public=public)
+
+
+def on_device(recipe: Recipe, name: str, calls: list[Call], device: str = "meta") -> Check:
+    return Check(name, calls, device_judge(recipe, device))
+
+
+def unchanged(recipe: Recipe, name: str, calls: list[Call]) -> Check:
+    return Check(name, calls, unchanged_judge(recipe))
+
+
+def gradients(recipe: Recipe, name: str, calls: list[Call]) -> Check:
+    return Check(name, calls, grads_judge(recipe), want_grads=True)
+
+
+def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool = False) -> Check:
+    """Each call runs on CUDA and on the CPU. With ``cuda_kwargs`` (builders from
+    integers) the device is passed as ``device=`` instead."""
+    pairs: list[Call] = []
+    for c in calls:
+        if cuda_kwargs:
+            pairs += [Call(c.args, {**c.kwargs, "device": "cuda"}, "cuda"),
+                      Call(c.args, {**c.kwargs, "device": "cpu"}, "cpu")]
+        else:
+            pairs += [Call(c.args, dict(c.kwargs), "cuda"), Call(c.args, dict(c.kwargs), "cpu")]
+    return Check(name, pairs, cuda_judge(recipe), requires="cuda")
+
+
+def int_mask_checks(R: Recipe, seed: int, public: list[tuple[str, tuple]], edges: list[tuple[str, tuple]],
+                    draw) -> list[Check]:
+    """The hidden checks of a builder from integers: edge cases, random cases from
+    ``draw(gen) -> args``, dtype (on the first public case), ``device=`` (meta) and CUDA."""
+    gen = cases.generator(seed, R.name)
+    random_args = [draw(gen) for _ in range(3)]
+    return [
+        *[values(R, name, [Call(args)]) for name, args in edges],
+        values(R, "matches reference (random sizes)", [Call(a) for a in random_args]),
+        dtypes(R, "returns torch.bool", [Call(public[0][1])]),
+        on_device(R, "honours device= (meta)", [Call(random_args[0], {"device": "meta"})]),
+        on_cuda(R, "matches on CUDA", [Call(random_args[-1])], cuda_kwargs=True),
+    ]

@@ -1,0 +1,429 @@
+"""Comparison and diagnosis helpers shared by every exercise's checks.
+
+Everything here runs in the trusted process on plain CPU tensors taken from
+:class:`~grader.spec.Outcome` s. Nothing raises on junk: each helper either
+returns a usable tensor or a plain-words message saying what came back, what
+was expected and what to do.
+
+The classic mistakes are recognised by computing what the mistake would have
+returned (with the reference code, on the same inputs) and comparing: their
+messages live in :data:`MISTAKES`, one definition each, reused by every chapter.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from .cases import DTYPE_NAMES
+from .spec import FnSpec, NotATensor, Verdict, plain
+
+ALLOWED, BLOCKED, WRONG, RIGHT = "■", "·", "✗", " "
+
+#: Per-dtype tolerance ``(atol, rtol)``: ``|got - want| <= atol + rtol * |want|``
+#: against a float64 reference computed from the same (rounded) inputs. Measured
+#: on a float32-accumulating and a natively low-precision implementation
+#: (tests/buggy/correct.py, tests/buggy/native.py); both pass with room to spare.
+TOL: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-9, 1e-7),
+    torch.float32: (2e-5, 2e-4),
+    torch.float16: (4e-3, 1e-2),
+    torch.bfloat16: (3e-2, 5e-2),
+}
+
+#: The classic mistakes, in plain words: what is wrong and what to do.
+MISTAKES: dict[str, str] = {
+    "inverted": "the mask is inverted: it is True where attention must be blocked. "
+                "The convention is True = may attend (PyTorch SDPA); flip it with ~mask.",
+    "diagonal_excluded": "the diagonal is missing: query i must also see key i itself (j <= i, not j < i).",
+    "wrong_triangle": "the triangle is on the wrong side: query i may see keys j <= i (the past), "
+                      "not j >= i (the future). Use torch.tril, not torch.triu.",
+    "no_mask": "nothing is masked: every query sees every key.",
+    "no_causal": "the causal part is missing: query i must not see keys j > i.",
+    "after_softmax": "the mask is applied after the softmax: masked keys still took part in the "
+                     "normalisation, so the allowed weights no longer sum to 1. Fill the blocked scores "
+                     "with -inf before the softmax.",
+    "multiply_logits": "the scores are multiplied by the mask: a blocked score becomes 0, not -inf, so "
+                       "blocked keys still get weight. Fill blocked scores with -inf (masked_fill) before "
+                       "the softmax.",
+    "zero_times_inf": "NaN appears where attention is allowed: 0 * -inf is NaN. Build the bias with "
+                      "torch.where(mask, 0.0, float('-inf')) or masked_fill instead of multiplying.",
+    "fill_not_negative": "blocked keys still get weight when the real scores are very negative: a finite "
+                         "fill such as -1e4 is not below every score. Use float('-inf') or "
+                         "torch.finfo(dtype).min.",
+    "fill_overflow": "the fill value does not fit in this dtype (float16 ends at ±65504, so -1e9 overflows). "
+                     "Use float('-inf') or torch.finfo(scores.dtype).min.",
+    "nan_rows": "a fully masked row came back as NaN: the softmax of all -inf is 0/0. Return zeros for rows "
+                "with no allowed key (e.g. torch.where(mask.any(-1, keepdim=True), weights, 0)).",
+    "uniform_rows": "a fully masked row came back uniform (1/Lk each): a finite fill makes all blocked keys "
+                    "equal again. Return zeros for rows with no allowed key.",
+    "wrong_dim": "the softmax runs over the wrong dimension: normalise over the keys (dim=-1) so that "
+                 "each query row sums to 1.",
+    "scale_1_over_d": "the scores are scaled by 1/d; the contract says 1/sqrt(d).",
+    "no_scale": "the scores are not scaled: multiply q @ k^T by 1/sqrt(d).",
+    "scale_sqrt_D": "the scores are scaled by 1/sqrt(D), the model width; each head uses 1/sqrt(d) "
+                    "with d = D // n_heads.",
+    "queries_padded": "the padding masks queries (rows) instead of keys (columns): a padded key must be "
+                      "hidden from every query, so the padding part must broadcast as (B, 1, 1, L), "
+                      "not (B, 1, L, 1).",
+    "rows_padded_too": "padded query rows are masked as well: the contract masks only padded keys "
+                       "(a padded query row still sees the real keys before it).",
+    "no_padding": "padding is ignored: key j of sequence b must be hidden when j >= lengths[b].",
+    "padding_off_by_one": "the padding is off by one: positions j < lengths[b] are real "
+                          "(not j <= lengths[b]).",
+    "enc_causal": "the encoder self-attention mask has a causal part: the encoder reads its source in "
+                  "both directions, so enc_self masks only the padded source keys.",
+    "cross_causal": "the cross-attention mask has a causal part: every target position may read the whole "
+                    "(real) source, so cross masks only the padded source keys.",
+    "cross_wrong_lengths": "the cross-attention keys are source positions: pad them with src_lengths, "
+                           "not tgt_lengths.",
+    "wrong_device": "the result is not on the input's device: create every tensor with "
+                    "device=<input>.device.",
+    "top_left": "the causal mask is aligned top-left: with T cached keys, new query i must see keys "
+                "0 .. T + i (bottom-right alignment), not 0 .. i.",
+    "window_off_by_one": "the window is off by one: it counts the query itself, so query i sees keys "
+                         "i - window + 1 .. i (i - j < window, not i - j <= window).",
+    "window_not_causal": "the window looks both ways: query i may see only keys j <= i with i - j < window.",
+    "prefix_le": "the prefix is one key too long: the prefix is the keys j < prefix_len, "
+                 "not j <= prefix_len.",
+    "prefix_and": "the two rules are combined with AND: a key is visible when j <= i OR j < prefix_len.",
+    "prefix_rows": "the prefix is applied to query rows: it is the prefix *keys* j < prefix_len that every "
+                   "query may see.",
+    "doc_no_causal": "the document mask is not causal: inside a document query i may only see keys j <= i.",
+    "doc_contiguous": "documents are assumed to be contiguous runs: equal ids mean the same document even "
+                      "when another document sits between them. Compare ids directly: "
+                      "doc_ids[:, :, None] == doc_ids[:, None, :].",
+    "not_vectorised": "the code reads tensor values back into Python (.item(), .tolist(), int(t), or a loop "
+                      "or slice over a tensor). Build the mask with vectorised comparisons, e.g. "
+                      "torch.arange(L, device=lengths.device) < lengths[:, None]: it then works on any "
+                      "device without a GPU sync.",
+    "mixed_devices": "tensors on different devices were mixed: a tensor you created is on the CPU while the "
+                     "inputs are elsewhere. Create helper tensors with device=<input>.device.",
+    "mixed_dtypes": "dtypes were mixed: a tensor you created (or a weight) has another dtype than the "
+                    "inputs. Create helpers with dtype=<input>.dtype, or compute in float32 and cast the "
+                    "result back.",
+    "future_leak": "changing tokens at positions >= t changed the outputs at positions < t: the future "
+                   "leaks into the past. Block every key j > i before the softmax.",
+    "padding_leak": "changing padded tokens changed the outputs of real tokens: padded keys still get "
+                    "weight. Block every key j >= lengths[b] before the softmax.",
+    "in_place": "an input was changed in place (an operation ending in _, or x[...] = ...). Inputs must stay "
+                "unchanged: use out-of-place operations (masked_fill, not masked_fill_) or work on a copy.",
+}
+
+
+# --------------------------------------------------------------------------- basics
+
+def fail(message: str, detail: str = "") -> Verdict:
+    return Verdict(False, message, detail)
+
+
+PASS = Verdict(True)
+
+
+def shape_str(shape: Iterable[int]) -> str:
+    dims = tuple(int(s) for s in shape)
+    return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+
+
+def dtype_str(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def describe(x: Any) -> str:
+    """What came back, in words: 'a (2, 3) float16 tensor', 'a list', 'None'."""
+    if isinstance(x, NotATensor):
+        return f"a {x.type_name}" if x.type_name != "NoneType" else "None"
+    if isinstance(x, torch.Tensor):
+        if not plain(x):
+            return f"a tensor subclass {type(x).__name__}"
+        return f"a {shape_str(x.shape)} {dtype_str(x.dtype)} tensor"
+    if isinstance(x, tuple | list):
+        return f"a {type(x).__name__} of {len(x)}"
+    if x is None:
+        return "None"
+    return f"a {type(x).__name__}"
+
+
+def describe_args(names: Sequence[str], args: tuple, kwargs: dict | None = None) -> str:
+    """'scores (2, 3, 4) float16, mask (3, 4) bool' -- the inputs of a failing case."""
+    parts = []
+    items = list(zip(names, args)) + list((kwargs or {}).items())
+    for name, a in items:
+        if isinstance(a, torch.Tensor):
+            parts.append(f"{name} {shape_str(a.shape)} {dtype_str(a.dtype)}")
+        elif isinstance(a, FnSpec):
+            parts.append(f"{name} = {a.kind} map")
+        elif isinstance(a, torch.dtype):
+            parts.append(f"{name}={dtype_str(a)}")
+        else:
+            parts.append(f"{name}={a!r}")
+    return ", ".join(parts)
+
+
+def explain_error(error: str) -> str:
+    """The student's exception, in plain words (the original text follows)."""
+    text = str(error)
+    first = text.splitlines()[0] if text else "an error"
+    if len(first) > 300:
+        first = first[:300] + "..."
+    rules: list[tuple[str, str]] = [
+        (r"cannot be called on meta|Cannot copy out of meta|meta tensors? (has|have) no data",
+         MISTAKES["not_vectorised"]),
+        (r"^NotImplementedError", "not implemented yet: the function raised NotImplementedError."),
+        (r"without overflow", MISTAKES["fill_overflow"]),
+        (r"leaf Variable that requires grad is being used in an in-place", MISTAKES["in_place"]),
+        (r"not on the expected device|Expected all tensors to be on the same device|"
+         r"device type .* does not match|on different devices",
+         MISTAKES["mixed_devices"]),
+        (r"same dtype|expected scalar type|dtype .* but got|Found dtype", MISTAKES["mixed_dtypes"]),
+    ]
+    for pattern, message in rules:
+        if re.search(pattern, text):
+            return f"{message} (it raised {first})"
+    return f"it raised {first}"
+
+
+# --------------------------------------------------------------------------- outputs
+
+def unpack(output: Any, names: Sequence[str]) -> tuple[list[torch.Tensor] | None, str | None]:
+    """The returned value as a list of plain tensors, one per name in ``names``
+    (a single name means a single tensor, several a tuple); or a message."""
+    want = names[0] if len(names) == 1 else "a tuple (" + ", ".join(names) + ")"
+    if len(names) == 1:
+        if isinstance(output, torch.Tensor) and plain(output):
+            return [output], None
+        extra = " (return only the tensor, not a tuple)" if isinstance(output, tuple | list) else ""
+        return None, f"returned {describe(output)}; expected {want} as a plain torch.Tensor{extra}"
+    if not isinstance(output, tuple | list):
+        return None, f"returned {describe(output)}; expected {want}"
+    if len(output) != len(names):
+        return None, f"returned {describe(output)}; expected {want}"
+    for name, t in zip(names, output):
+        if not (isinstance(t, torch.Tensor) and plain(t)):
+            return None, f"{name} is {describe(t)}; expected a plain torch.Tensor"
+    return list(output), None
+
+
+def fit_shape(t: torch.Tensor, shape: tuple[int, ...], name: str, letters: str,
+              exact: bool = False) -> tuple[torch.Tensor | None, str | None]:
+    """``t`` broadcast to the contract ``shape`` (or required equal, ``exact``); or a message."""
+    expected = f"{letters} = {shape_str(shape)}"
+    if exact:
+        if tuple(t.shape) == tuple(shape):
+            return t, None
+        return None, f"{name} has shape {shape_str(t.shape)}; expected {expected}"
+    try:
+        if t.dim() > len(shape):
+            raise RuntimeError
+        return torch.broadcast_to(t, shape), None
+    except RuntimeError:
+        return None, (f"{name} has shape {shape_str(t.shape)}, which does not broadcast to {expected}; "
+                      f"return it as {shape_str(shape)} or a shape that broadcasts to it")
+
+
+def mask_values(t: torch.Tensor, name: str) -> tuple[torch.Tensor | None, str | None]:
+    """``t`` read as a boolean mask. A non-bool tensor of only 0s and 1s is read as
+    one (its dtype is judged by its own check); anything else is a message."""
+    if t.dtype == torch.bool:
+        return t, None
+    if t.dtype.is_complex:
+        return None, f"{name} is {dtype_str(t.dtype)}; expected torch.bool (True = may attend)"
+    if t.numel() and bool(((t == 0) | (t == 1)).all()):
+        return t != 0, None
+    sample = ", ".join(f"{v:g}" for v in torch.unique(t.double().flatten())[:4].tolist())
+    hint = " (that looks like an additive mask; return the boolean mask itself)" \
+        if t.dtype.is_floating_point and bool(torch.isinf(t).any()) else ""
+    return None, (f"{name} is {dtype_str(t.dtype)} with values such as {sample}; "
+                  f"expected torch.bool, True = may attend{hint}")
+
+
+# --------------------------------------------------------------------------- masks
+
+def grids(want: torch.Tensor, got: torch.Tensor, label: str = "", limit: tuple[int, int] = (16, 24)) -> str:
+    """Expected and actual (Lq, Lk) masks side by side, wrong cells marked."""
+    want, got = want[: limit[0], : limit[1]], got[: limit[0], : limit[1]]
+    Lq, Lk = want.shape
+    row = lambda m, i: " ".join(ALLOWED if bool(m[i, j]) else BLOCKED for j in range(Lk))  # noqa: E731
+    diff = lambda i: " ".join(WRONG if bool(want[i, j] != got[i, j]) else "." for j in range(Lk))  # noqa: E731
+    w = max(2 * Lk - 1, 8)
+    head = f"{'expected':<{w}}   {'got':<{w}}   wrong cells"
+    lines = [f"{label}rows = queries i, columns = keys j; {ALLOWED} may attend, {BLOCKED} blocked, "
+             f"{WRONG} wrong", head]
+    lines += [f"{row(want, i):<{w}}   {row(got, i):<{w}}   {diff(i)}" for i in range(Lq)]
+    return "\n".join(lines)
+
+
+def first_wrong_slice(want: torch.Tensor, got: torch.Tensor) -> tuple[tuple[int, ...], str]:
+    """Leading index of the first (Lq, Lk) slice that differs, and its label."""
+    lead = want.shape[:-2]
+    if not lead:
+        return (), ""
+    bad = (want != got).flatten(-2).any(-1)
+    idx = tuple(int(i) for i in bad.nonzero()[0]) if bool(bad.any()) else (0,) * len(lead)
+    if len(lead) == 2:
+        label = f"batch b = {idx[0]}" + (f", head h = {idx[1]}" if lead[1] > 1 else "") + ": "
+    else:
+        label = f"index {list(idx)}: "
+    return idx, label
+
+
+def mask_detail(want: torch.Tensor, got: torch.Tensor, inputs: str) -> str:
+    """The smallest failing slice of a mask, as grids, with the inputs named."""
+    n_wrong = int((want != got).sum())
+    if want.dim() == 1:
+        want, got = want[None], got[None]
+    elif want.dim() > 2:
+        idx, label = first_wrong_slice(want, got)
+        want, got = want[idx], got[idx]
+        return f"{n_wrong} wrong cell(s); inputs: {inputs}\n" + grids(want, got, label)
+    return f"{n_wrong} wrong cell(s); inputs: {inputs}\n" + grids(want, got)
+
+
+def same_mask(got: torch.Tensor, candidate: torch.Tensor) -> bool:
+    try:
+        return bool(torch.equal(got, torch.broadcast_to(candidate, got.shape)))
+    except RuntimeError:
+        return False
+
+
+# --------------------------------------------------------------------------- numbers
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return TOL.get(dtype, TOL[torch.float32])
+
+
+def tol_str(dtype: torch.dtype) -> str:
+    atol, rtol = tolerance(dtype)
+    return f"tolerance for {dtype_str(dtype)}: |error| <= {atol:g} + {rtol:g}·|expected|"
+
+
+def bad_entries(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool, True where ``got`` is not within the ``dtype`` tolerance of ``want``
+    (a NaN where a number is expected is always bad; matching infinities are fine)."""
+    atol, rtol = tolerance(dtype)
+    g, w = got.double(), want.double()
+    same_inf = torch.isinf(g) & torch.isinf(w) & (torch.sign(g) == torch.sign(w))
+    both_nan = torch.isnan(g) & torch.isnan(w)
+    with torch.no_grad():
+        err = (g - w).abs()
+        ok = (err <= atol + rtol * w.abs()) | same_inf | both_nan
+    return ~ok
+
+
+def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> bool:
+    try:
+        return tuple(got.shape) == tuple(want.shape) and not bool(bad_entries(got, want, dtype).any())
+    except RuntimeError:
+        return False
+
+
+def fmt(v: float) -> str:
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    return f"{v:.4g}"
+
+
+def number_detail(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, name: str, inputs: str) -> str:
+    """Where the largest error is, and what the row around it looks like."""
+    bad = bad_entries(got, want, dtype)
+    g, w = got.double(), want.double()
+    err = (g - w).abs().nan_to_num(nan=math.inf)
+    err = torch.where(bad, err, torch.zeros_like(err))
+    flat = int(err.flatten().argmax()) if err.numel() else 0
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), got.shape)) if got.dim() else ()
+    lines = [
+        f"{int(bad.sum())} of {bad.numel()} entries of {name} are off; the largest error is at "
+        f"{name}{list(idx)}: got {fmt(float(g[idx]))}, expected {fmt(float(w[idx]))}",
+        f"inputs: {inputs}; {tol_str(dtype)}",
+    ]
+    if got.dim() >= 1 and got.shape[-1] <= 8:
+        row = idx[:-1]
+        lines.append(f"{name}{list(row) + [':']}: got [{', '.join(fmt(float(v)) for v in g[row])}], "
+                     f"expected [{', '.join(fmt(float(v)) for v in w[row])}]")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- mistakes
+
+Candidate = tuple[str, Callable[[], Any]]
+
+
+def name_mistake(got: torch.Tensor, candidates: Iterable[Candidate], dtype: torch.dtype,
+                 index: int | None = None) -> str | None:
+    """The message of the first candidate mistake whose result equals the student's
+    (masks exactly, numbers within the ``dtype`` tolerance, NaN where NaN).
+
+    Each thunk returns what the mistaken function would have returned: a tensor,
+    or a tuple from which ``index`` picks the output being judged. Candidates
+    that raise are skipped: a recogniser must never make a judge fail.
+    """
+    for message, thunk in candidates:
+        try:
+            cand = thunk()
+            if index is not None and isinstance(cand, tuple | list):
+                cand = cand[index]
+            if _same(got, cand, dtype):
+                return message
+        except Exception:  # noqa: BLE001 -- a recogniser that cannot apply just does not match
+            continue
+    return None
+
+
+def _same(got: torch.Tensor, cand: torch.Tensor, dtype: torch.dtype) -> bool:
+    if got.dtype == torch.bool or cand.dtype == torch.bool:
+        return same_mask(got.bool() if got.dtype != torch.bool else got, cand.bool())
+    if tuple(got.shape) != tuple(cand.shape):
+        return False
+    return not bool(bad_entries(got, cand, dtype).any())
+
+
+def rows_all(cond: torch.Tensor) -> torch.Tensor:
+    """bool (..., Lq): the rows where ``cond`` holds for every key."""
+    return cond.all(dim=-1)
+
+
+def fully_masked_rows_mistake(weights: torch.Tensor, mask: torch.Tensor | None) -> str | None:
+    """'nan_rows' or 'uniform_rows' when the only thing wrong with ``weights``
+    (..., Lq, Lk) is what happened on fully masked rows."""
+    if mask is None or weights.dim() < 1 or weights.numel() == 0:
+        return None
+    try:
+        empty = ~torch.broadcast_to(mask, weights.shape).any(dim=-1)  # (..., Lq)
+    except RuntimeError:
+        return None
+    if not bool(empty.any()):
+        return None
+    rows = weights[empty].double()  # (n_empty, Lk)
+    if bool(torch.isnan(rows).all()):
+        return MISTAKES["nan_rows"]
+    if bool(torch.isnan(rows).any()):
+        return MISTAKES["nan_rows"]
+    Lk = weights.shape[-1]
+    if bool(((rows - 1.0 / Lk).abs() < 1e-2).all()):
+        return MISTAKES["uniform_rows"]
+    return None
+
+
+def judged(judge: Callable[..., Verdict]) -> Callable[..., Verdict]:
+    """Wrap a judge so that it never raises: a crash becomes a failing verdict
+    that says the result could not be judged."""
+
+    def safe(calls, outcomes) -> Verdict:
+        try:
+            if len(outcomes) != len(calls):
+                return fail(f"expected {len(calls)} outcomes, got {len(outcomes)}")
+            verdict = judge(calls, outcomes)
+            if not isinstance(verdict, Verdict):
+                return fail("the check could not judge this result")
+            return verdict
+        except Exception as e:  # noqa: BLE001 -- judges must never raise on junk
+            return fail("the result could not be judged; it is probably malformed "
+                        f"({type(e).__name__}: {str(e)[:200]})")
+
+    safe.__name__ = getattr(judge, "__name__", "judge")
+    safe.__doc__ = judge.__doc__
+    return safe
