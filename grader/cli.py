@@ -6,8 +6,9 @@ progress bar while it runs, then feedback on what failed. Optional outputs:
 (a CI job summary, e.g. ``$GITHUB_STEP_SUMMARY``).
 
 Exit status 0 whenever grading completed, whatever the score; 2 for usage
-errors (a path that does not exist, an unknown exercise, bad options), and
-even then ``--json`` gets a results file that says what went wrong.
+errors (a path that does not exist, an unknown exercise, bad options); 1 when
+the grader itself is broken (its checks do not load). Even then ``--json`` gets
+a results file that says what went wrong.
 
 ``python -m grader class ...`` grades a whole class (see :mod:`grader.classroom`).
 """
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 USAGE_ERROR = 2
+INTERNAL_ERROR = 1
 SEED_ENV = "GRADER_SEED"
 
 
@@ -125,9 +127,9 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
             write(result, path)
     if not args.quiet:
         report.print_terminal(result)
-    if result.usage_error:
+    if result.usage_error or result.internal_error:
         print(f"python -m grader: error: {result.error}", file=sys.stderr)
-        return USAGE_ERROR
+        return USAGE_ERROR if result.usage_error else INTERNAL_ERROR
     return 0
 
 

@@ -34,8 +34,7 @@ from .results import (
     ExerciseResult,
     Report,
 )
-from .sandbox import Limits, Worker
-from .worker import TIME_LIMIT
+from .sandbox import TIME_LIMIT, Limits, Worker
 
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT = 10.0
@@ -82,8 +81,8 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
     the same way.
     """
     from .channel import ChannelError
+    from .sandbox import NOT_RUN
     from .spec import Verdict
-    from .worker import NOT_RUN, TIME_LIMIT
 
     if isinstance(outcomes, ChannelError):
         return Verdict(False, f"what came back could not be read: {outcomes}")
@@ -322,7 +321,14 @@ def grade(
     # Start the worker before our own heavy imports: it imports torch meanwhile.
     worker = Worker(tmp) if src is not None and src.cells else None
     try:
-        selected = select(registry if registry is not None else load_registry(), exercises)
+        try:
+            registry = load_registry() if registry is None else registry
+        except Exception as e:  # noqa: BLE001 -- the grader's own bug: say so, in the report
+            report.error = (f"internal grader error: the checks could not be loaded ({type(e).__name__}: "
+                            f"{e}); please report it to the course staff")
+            report.internal_error = True
+            return report
+        selected = select(registry, exercises)
         has_cuda = cuda_available()
         states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]

@@ -40,7 +40,7 @@ def run_public(fn: Callable, name: str | None = None) -> ExerciseResult:
 
     from . import engine, rules
     from .execute import execute
-    from .worker import CALL_SEED
+    from .sandbox import CALL_SEED
 
     name = name or fn.__name__
     exercise = _registry()[name]

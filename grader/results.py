@@ -110,6 +110,7 @@ class Report:
     output: str = ""  # what the student's code printed, truncated
     error: str | None = None  # why nothing could be graded
     usage_error: bool = False  # the caller's mistake (e.g. a path that does not exist)
+    internal_error: bool = False  # the grader's own mistake (e.g. its checks do not import)
     execution_time: float = 0.0  # seconds; not part of to_dict()
 
     @property

@@ -31,6 +31,11 @@ from typing import Any, Protocol
 #: Environment variables a worker may see: nothing secret (no GRADER_SEED, no tokens).
 ENV_ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH",
                "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES")
+#: Prefix of the error of a call the worker stopped at the exercise's time limit.
+TIME_LIMIT = "TimeLimit"
+NOT_RUN = "not run"
+#: torch's seed before every call, in the worker and the notebook: randomness in student code repeats.
+CALL_SEED = 0
 STARTUP_TIMEOUT = 120.0  # importing torch on a loaded machine; a grader problem if exceeded
 TAIL_CHARS = 1000
 _SIGNALS = {

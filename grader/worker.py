@@ -18,25 +18,23 @@ charges that exercise only, and starts a fresh worker for the rest.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import signal
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 
 import torch
 
 from . import channel, rules
 from .execute import execute
+from .sandbox import CALL_SEED, NOT_RUN, TIME_LIMIT
 from .spec import Call, Outcome
 from .submission import Cell, pick, run_cells
 
-#: Prefix of the error of a call stopped by the exercise's time limit.
-TIME_LIMIT = "TimeLimit"
-NOT_RUN = "not run"
-#: torch's seed before every call, here and in the notebook: randomness in student code repeats.
-CALL_SEED = 0
 PRINT_CAP = 2**20  # bytes of print() output kept per stream; the rest is counted and dropped
 
 
@@ -152,10 +150,33 @@ def _set_limits(job: Job) -> None:
         pass
 
 
+class _DeferredDynamo(types.ModuleType):
+    """Stands in for ``torch._dynamo`` until something really needs it.
+
+    torch's Python meta kernels (the ``meta`` device, which the checks use) wrap
+    themselves in ``torch._dynamo.disable`` on first use, importing all of dynamo
+    (about a second) only to learn that nothing is being compiled. Here
+    ``disable`` is the identity; any other attribute imports the real module
+    (so ``torch.compile`` in student code still works).
+    """
+
+    def disable(self, fn=None, recursive=True, **kwargs):
+        return fn if fn is not None else (lambda f: f)
+
+    def __getattr__(self, name: str):
+        if sys.modules.get("torch._dynamo") is self:
+            del sys.modules["torch._dynamo"]
+        real = importlib.import_module("torch._dynamo")
+        return getattr(real, name)
+
+
+def _defer_dynamo() -> None:
+    if "torch._dynamo" not in sys.modules:
+        sys.modules["torch._dynamo"] = _DeferredDynamo("torch._dynamo")
+
+
 def _neutralise_notebook_check() -> None:
     """``from grader import check; check(fn)`` in a submission does nothing here."""
-    import types
-
     import grader
 
     def check(*args, **kwargs):
@@ -214,6 +235,7 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
 
 def main() -> None:
     status = _Status(int(sys.argv[1]))
+    _defer_dynamo()
     job: Job = pickle.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
