@@ -140,7 +140,7 @@ class _Exercise:
         self.outcomes_seen: list = []
         self.findings: list[rules.Finding] = []
         self.final = False
-        self.timed_out = False  # the worker stopped a call at the time limit
+        self.timed_out: int | None = None  # the check in which the worker stopped a call at the time limit
         from .spec import Verdict
 
         try:
@@ -176,10 +176,9 @@ class _Exercise:
         if r.status not in (NOT_FOUND, GRADER_ERROR, CRASHED, TIMED_OUT):
             if all_not_implemented(self.outcomes_seen):
                 r.status, r.message = NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE
-            elif self.timed_out:
-                name, v = next((c.name, v) for c, v in zip(self.checks, self.verdicts)
-                               if not v.passed and not v.skipped)
-                r.status, r.message = TIMED_OUT, f"{name}: {v.message}"
+            elif self.timed_out is not None:
+                check, verdict = self.checks[self.timed_out], self.verdicts[self.timed_out]
+                r.status, r.message = TIMED_OUT, f"{check.name}: {verdict.message}"
         r.notes.extend(f.text for f in self.findings if f.text not in r.notes)
         r.finish()
         self.final = True
@@ -194,6 +193,7 @@ class _Grading:
         self.states, self.src, self.limits, self.report = states, src, limits, report
         self.progress = progress
         self.found: set[int] | None = None
+        self.loaded_ok = False  # the submission's cells ran to the end
 
     def _emit(self, st: _Exercise) -> None:
         if not st.final:
@@ -206,6 +206,7 @@ class _Grading:
             self.load_failed("the grader could not read which functions your submission defines "
                              "(did your code overwrite the grader's files?)")
             return
+        self.loaded_ok = True
         found = {k: v for k, v in data["found"].items() if isinstance(k, str)}
         errors = [e for e in data.get("errors", []) if isinstance(e, str)]
         self.report.notes.extend(f"skipped: {e}" for e in errors)
@@ -229,7 +230,8 @@ class _Grading:
             return
         if isinstance(outcomes, list):
             st.outcomes_seen.extend(outcomes)
-            st.timed_out |= any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes)
+            if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
+                st.timed_out = ci
         st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout)
 
     def exercise_done(self, ei: int) -> None:
@@ -319,7 +321,7 @@ def grade(
         src, report.error, report.usage_error = None, str(e), True
     tmp = Path(tempfile.mkdtemp(prefix="grader-"))
     # Start the worker before our own heavy imports: it imports torch meanwhile.
-    worker = Worker(tmp) if src is not None and src.cells else None
+    worker = Worker(tmp) if src is not None and src.runnable else None
     try:
         try:
             registry = load_registry() if registry is None else registry
@@ -347,7 +349,7 @@ def grade(
             worker = None
         for st in states:
             grading._emit(st)
-        if not grading.found and src.cells and not report.error:
+        if grading.loaded_ok and not grading.found and src.cells:
             report.notes.append("no exercise functions found: define them with the names of the exercises "
                                 f"({', '.join(st.exercise.name for st in states[:3])}, ...)")
         report.output = _printed(tmp)

@@ -13,7 +13,8 @@ namespace; cells run in order. Only top-level *definitions* run: imports,
 expressions and loops (plots, prints, demos, ``check(...)`` calls, training
 loops) are skipped: they cannot define a graded function, and skipping them
 keeps grading fast and keeps scratch work from costing marks. A statement that
-raises, or a cell over its time budget, is reported and skipped.
+raises, or runs over its time budget, is reported and skipped; the
+statements after it still run.
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ class Source:
     problems: list[str] = field(default_factory=list)  # whole files that could not be read
     syntax_errors: list[tuple[Cell, str]] = field(default_factory=list)  # (cell, message)
     helpers: dict[str, str] = field(default_factory=dict)  # name.py -> text, importable by the cells
+
+    @property
+    def runnable(self) -> bool:
+        """Some cell parses: there is something for a worker to run."""
+        return len(self.cells) > len(self.syntax_errors)
 
     def trees(self) -> list[tuple[Cell, ast.Module]]:
         """Parsed cells (those that parse), in order."""
@@ -330,22 +336,23 @@ def _run_cell(cell: Cell, ns: dict, budget: float) -> str | None:
     linecache.cache[filename] = (len(cell.source), None, lines, filename)
     first_error = None
     signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, budget)
-    try:
-        for stmt in kept_statements(tree):
+    for stmt in kept_statements(tree):
+        where = f"line {stmt.lineno} of {filename.strip('<>')}"
+        # Each statement gets the budget: a hanging demo line must not take the definitions after it.
+        try:
             try:
+                signal.setitimer(signal.ITIMER_REAL, budget)
                 code = compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec")
                 exec(code, ns)
-            except CellTimeout:
-                raise
-            except BaseException as e:  # noqa: BLE001 -- sys.exit / KeyboardInterrupt in a cell cost that cell only
-                if first_error is None:
-                    where = f"line {stmt.lineno} of {filename.strip('<>')}"
-                    first_error = f"{where} raised {type(e).__name__}: {_one_line(e)}"
-    except CellTimeout:
-        return f"{cell.label} ran longer than {budget:g} s and was stopped"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except CellTimeout:
+            error = f"{where} ran longer than {budget:g} s and was stopped"
+        except BaseException as e:  # noqa: BLE001 -- sys.exit / KeyboardInterrupt cost that statement only
+            error = f"{where} raised {type(e).__name__}: {_one_line(e)}"
+        else:
+            continue
+        first_error = first_error or error
     return first_error
 
 
