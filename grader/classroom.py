@@ -271,7 +271,10 @@ def per_exercise(results: dict[str, Any], exercises: Sequence[str]) -> dict[str,
 
 
 def summarize(results: dict[str, Any], exercises: Sequence[str], limit: int = 300) -> str:
-    """One line: what cost the student points."""
+    """One line: what cost the student points, after the grader's notes on the whole
+    submission (e.g. a file that ran too long at import), which say why better."""
+    notes = [ln.strip() for ln in str(results.get("output", "")).splitlines()
+             if ln.strip().lower().startswith(("note:", "error:", "warning:"))]
     lost = []
     for t in results.get("tests", []):
         score, top = float(t.get("score", 0) or 0), t.get("max_score")
@@ -283,7 +286,7 @@ def summarize(results: dict[str, Any], exercises: Sequence[str], limit: int = 30
         if not results.get("tests") and results.get("output"):
             return str(results["output"]).strip().splitlines()[0][:limit]
         return "full marks"
-    line = "; ".join(lost)
+    line = "; ".join(notes + lost)
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -512,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--regrade", action="store_true", help="grade every student, even unchanged ones")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help="wall-time limit per student in seconds (default %(default)s)")
+    p.add_argument("--exercise-timeout", type=float, metavar="S",
+                   help="the grader's own time limit per exercise (its --timeout; default: the grader's)")
     p.add_argument("--exercise", action="append", default=[], metavar="NAME",
                    help="grade only this exercise (repeatable); passed to the grader")
     p.add_argument("--public-only", action="store_true", help="run only the public checks")
@@ -535,6 +540,8 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
         extra += ["--exercise", name]
     if args.public_only:
         extra.append("--public-only")
+    if args.exercise_timeout is not None:
+        extra += ["--timeout", f"{args.exercise_timeout:g}"]
     t0 = time.perf_counter()
     rows = grade_class(args.submissions, out, jobs=args.jobs, seed=seed, timeout=args.timeout,
                        regrade=args.regrade, extra=extra, command=command, exercises=exercises,

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import stat
 import sys
@@ -132,8 +133,30 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
                 results = failure_results(f"The grader stopped (exit status {res.returncode}) before writing "
                                           f"results; last output: {log_tail(log) or '(none)'}. Please tell "
                                           f"your instructor.")
-    final.write_text(json.dumps(results, indent=2))
+    final.write_text(json.dumps(hide_seed(results, seed), indent=2))
     return results
+
+
+def hide_seed(results: dict, seed: int) -> dict:
+    """Take the secret seed out of what students see on Gradescope.
+
+    The engine names its seed in every report so that any run can be reproduced;
+    on Gradescope students read ``output`` and the tests' ``output``, and anyone who
+    knows the seed can precompute the hidden cases. The seed stays in the autograder's
+    stdout, which only staff see.
+    """
+    pattern = re.compile(rf"(--seed[ =]|\bseed\s+){seed}\b")
+
+    def scrub(x):
+        if isinstance(x, str):
+            return pattern.sub(lambda m: m.group(1) + "<instructor's seed>", x)
+        if isinstance(x, list):
+            return [scrub(v) for v in x]
+        if isinstance(x, dict):
+            return {k: scrub(v) for k, v in x.items() if k != "seed"}
+        return x
+
+    return scrub(results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

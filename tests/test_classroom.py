@@ -201,6 +201,28 @@ def test_rerun_skips_unchanged_and_regrade_forces(tmp_path, fake):
     assert len(fake.calls()) == 13
 
 
+def test_a_changed_grader_regrades(tmp_path, fake, monkeypatch):
+    subs = tmp_path / "subs"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / "ex.py").write_text("causal_mask=10\n")
+    for version in ("v1", "v1", "v2"):
+        monkeypatch.setattr(classroom, "grader_fingerprint", lambda v=version: v)
+        grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=20, command=fake, exercises=EXERCISES,
+                    progress=False)
+    assert len(fake.calls()) == 2  # v1, (v1 unchanged: skipped), v2
+
+
+def test_grader_fingerprint_follows_the_sources(tmp_path, monkeypatch):
+    fp = classroom.grader_fingerprint()
+    assert fp == classroom.grader_fingerprint() and len(fp) == 16
+    fake_pkg = tmp_path / "grader"
+    shutil.copytree(REPO / "grader", fake_pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(classroom, "__file__", str(fake_pkg / "classroom.py"))
+    same = classroom.grader_fingerprint()
+    (fake_pkg / "classroom.py").write_text((fake_pkg / "classroom.py").read_text() + "# changed\n")
+    assert classroom.grader_fingerprint() != same
+
+
 def test_results_file_is_this_runs_not_a_stale_one(tmp_path, fake):
     subs = tmp_path / "subs"
     (subs / "dave").mkdir(parents=True)
@@ -297,3 +319,55 @@ def test_an_internal_failure_costs_one_row_only(tmp_path, fake):
     assert [r.status for r in rows] == ["graded", "crashed"]
     assert "disk full" in rows[1].message
     shutil.rmtree(tmp_path / "out")
+
+
+def _ex01(folder: Path, *, bug: bool = False) -> None:
+    import nbformat
+
+    folder.mkdir(parents=True)
+    nb = nbformat.read(REPO / "solutions" / "ex01_leakage.ipynb", as_version=4)
+    if bug:
+        good = "return pos[None, :] <= pos[:, None]"
+        cells = [c for c in nb.cells if c.cell_type == "code" and good in c.source]
+        assert cells, f"{good!r} is no longer in solutions/ex01_leakage.ipynb: update this test's planted bug"
+        cells[0].source = cells[0].source.replace(good, "return pos[None, :] < pos[:, None]")
+    nbformat.write(nb, folder / "ex01_leakage.ipynb")
+
+
+def test_real_engine_on_a_mixed_class(tmp_path, capsys, monkeypatch):
+    """End to end: the engine's CLI on correct, buggy, hanging, crashing, corrupt and empty work."""
+    # Pinned: colleagues editing grader/ meanwhile would (rightly) make the rerun regrade.
+    monkeypatch.setattr(classroom, "grader_fingerprint", lambda: "pinned")
+    subs = tmp_path / "subs"
+    _ex01(subs / "alice")
+    _ex01(subs / "bob", bug=True)
+    (subs / "hank.py").write_text("import time\nimport torch\n\n\n"
+                                  "def causal_mask(n, *, device=time.sleep(10**6)):  # hangs at import\n"
+                                  "    return torch.ones(n, n, dtype=torch.bool).tril()\n")
+    (subs / "cate.py").write_text("import os\n\n\ndef causal_mask(n, *, device=None):\n    os._exit(1)\n")
+    (subs / "cory.ipynb").write_bytes(b"\x89PNG\r\n\x1a\n\x00 not a notebook")
+    (subs / "emma").mkdir()
+    out = tmp_path / "out"
+    argv = [str(subs), "--out", str(out), "--jobs", "2", "--seed", "5", "--timeout", "60",
+            "--exercise", "causal_mask", "--exercise-timeout", "3", "--no-progress"]
+    assert classroom.main(argv) == 0
+    rows = _read_csv(out / "grades.csv")
+    assert sorted(rows) == ["alice", "bob", "cate", "cory", "emma", "hank"]
+    assert rows["alice"]["causal_mask"] == rows["alice"]["total"] == rows["alice"]["max"]
+    assert rows["alice"]["message"] == "full marks"
+    assert 0 < float(rows["bob"]["total"]) < float(rows["bob"]["max"])
+    assert "diagonal" in rows["bob"]["message"]
+    whys = [("hank", "longer than"), ("cate", "os._exit"), ("cory", "cory.ipynb"), ("emma", "nothing")]
+    for name, why in whys:
+        assert rows[name]["total"] == "0", (name, rows[name])
+        assert why in rows[name]["message"], (name, rows[name]["message"])
+    for name in rows:
+        json.loads((out / name / "results.json").read_text())
+    assert "seed 5" in capsys.readouterr().out
+
+    # Nothing changed: a rerun grades nobody and gives the same grades.csv.
+    before = (out / "grades.csv").read_text()
+    rerun = grade_class(subs, out, jobs=2, seed=5, timeout=60, progress=False,
+                        extra=["--exercise", "causal_mask", "--timeout", "3"])
+    assert all(r.skipped for r in rerun)
+    assert (out / "grades.csv").read_text() == before

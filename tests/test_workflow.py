@@ -1,0 +1,150 @@
+"""The GitHub Classroom workflow: valid, pointing at things that exist, and its steps
+run here exactly as written (the same `run:` scripts, in a built template repository)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grader import classroom
+
+REPO = Path(__file__).resolve().parent.parent
+STUDENT = REPO / "classroom" / "github" / ".github" / "workflows" / "classroom.yml"
+INSTRUCTOR = REPO / "classroom" / "instructor" / ".github" / "workflows" / "grade-class.yml"
+
+
+def _load(path: Path) -> dict:
+    wf = yaml.safe_load(path.read_text())
+    assert isinstance(wf, dict) and "on" in wf, f"{path}: no trigger (is `on` quoted?)"
+    return wf
+
+
+def _steps(wf: dict) -> list[dict]:
+    (job,) = wf["jobs"].values()
+    return job["steps"]
+
+
+def _commands(script: str) -> list[list[str]]:
+    """Simple commands of a bash script: lines joined at backslashes, split at ||, &&, ;, |."""
+    out: list[list[str]] = []
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        words: list[str] = []
+        for tok in lexer:
+            if tok in ("||", "&&", ";", "|", "&"):
+                if words:
+                    out.append(words)
+                words = []
+            else:
+                words.append(tok)
+        if words:
+            out.append(words)
+    return out
+
+
+def _engine_flags() -> set[str]:
+    proc = subprocess.run([sys.executable, "-m", "grader", "--help"], capture_output=True, text=True,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    return set(re.findall(r"--[a-z][a-z-]*", proc.stdout))
+
+
+def test_student_workflow_has_the_shape_github_classroom_reads():
+    wf = _load(STUDENT)
+    # The reporter only uploads points for this workflow name and this single job.
+    assert wf["name"] == "Autograding Tests"
+    assert list(wf["jobs"]) == ["run-autograding-tests"]
+    assert "push" in wf["on"]
+    steps = _steps(wf)
+    setup = next(s for s in steps if str(s.get("uses", "")).startswith("actions/setup-python"))
+    assert setup["with"]["cache"] == "pip" and setup["with"]["cache-dependency-path"] == "requirements.txt"
+    assert setup["with"]["python-version"] == "3.11"
+    reporter = next(s for s in steps if "autograding-grading-reporter" in str(s.get("uses", "")))
+    ids = {s["id"]: s for s in steps if "id" in s}
+    for runner in reporter["with"]["runners"].split(","):
+        # The reporter reads <RUNNER ID IN CAPITALS>_RESULTS, the base64 `result` of that step.
+        assert reporter["env"][f"{runner.upper()}_RESULTS"] == f"${{{{ steps.{runner}.outputs.result }}}}"
+        assert "grader.classroom gh-outputs" in ids[runner]["run"]
+    upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert "results.json" in upload["with"]["path"]
+    assert any("GITHUB_STEP_SUMMARY" in s.get("run", "") for s in steps)
+    grade = ids["grade"]["run"]
+    assert "--public-only" in grade and "exercises/" in grade and "GRADER_SEED" not in STUDENT.read_text()
+
+
+@pytest.mark.parametrize("path", [STUDENT, INSTRUCTOR], ids=["student", "instructor"])
+def test_every_run_command_refers_to_things_that_exist(path, tmp_path):
+    template = classroom.build_template(REPO, tmp_path / "template")
+    engine_flags = _engine_flags()
+    for step in _steps(_load(path)):
+        for words in _commands(step.get("run", "")):
+            if words[0] != "python":
+                continue
+            assert words[1] == "-m", words
+            module = words[2]
+            rest = words[3:]
+            if module == "pip":
+                reqs = rest[rest.index("-r") + 1]
+                assert (template / reqs).is_file() and (REPO / reqs).is_file(), reqs
+            elif module == "grader" and rest[0] == "class":
+                classroom.build_parser().parse_args(rest[1:])  # valid class-mode arguments
+            elif module == "grader":
+                assert (template / rest[0]).is_dir(), rest[0]
+                flags = {w for w in rest if w.startswith("--")}
+                assert flags <= engine_flags, f"the engine's CLI has no {flags - engine_flags}"
+            elif module == "grader.classroom":
+                assert rest[0] in classroom._COMMANDS, rest[0]
+            else:
+                raise AssertionError(f"{path.name} runs an unexpected module: {words}")
+
+
+def _run_steps(repo: Path, tmp: Path) -> tuple[dict, str, Path]:
+    """Run the student workflow's `run:` steps (install excepted) in ``repo`` with
+    GitHub's default shell, `bash -e`; returns the decoded result, the job summary,
+    and the results.json."""
+    gh_output, gh_summary = tmp / "github_output", tmp / "step_summary"
+    gh_output.touch()
+    gh_summary.touch()
+    env = {**os.environ, "GITHUB_OUTPUT": str(gh_output), "GITHUB_STEP_SUMMARY": str(gh_summary)}
+    for step in _steps(_load(STUDENT)):
+        if "run" not in step or step.get("id") == "install":
+            continue
+        proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=repo, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, f"step {step['name']!r} failed:\n{proc.stdout}\n{proc.stderr}"
+    (line,) = [ln for ln in gh_output.read_text().splitlines() if ln.startswith("result=")]
+    payload = json.loads(base64.b64decode(line.removeprefix("result=")))
+    return payload, gh_summary.read_text(), repo / "results.json"
+
+
+def test_steps_run_locally_on_untouched_exercises(tmp_path):
+    repo = classroom.build_template(REPO, tmp_path / "student-repo")
+    payload, summary, results = _run_steps(repo, tmp_path)
+    data = json.loads(results.read_text())
+    assert payload["max_score"] == data["max_score"] > 0
+    assert sum(t["score"] for t in payload["tests"]) == 0 and payload["status"] == "fail"
+    assert len(payload["tests"]) == 13
+    assert all("not implemented" in t["message"].lower() for t in payload["tests"]), payload["tests"][0]
+    assert "causal_mask" in summary and "not implemented" in summary.lower()
+
+
+def test_steps_run_locally_on_finished_exercises(tmp_path):
+    repo = classroom.build_template(REPO, tmp_path / "student-repo")
+    shutil.rmtree(repo / "exercises")
+    shutil.copytree(REPO / "solutions", repo / "exercises")  # a student who solved everything
+    payload, summary, results = _run_steps(repo, tmp_path)
+    assert payload["status"] == "pass" and payload["max_score"] > 0
+    assert sum(t["score"] for t in payload["tests"]) == payload["max_score"]
+    assert "causal_mask" in summary
