@@ -42,6 +42,9 @@ from .classroom import (
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "gradescope"
 SEED_FILE = "grader_seed"
+VISIBILITY_FILE = "grader_visibility"
+#: Gradescope's visibility settings for a test's feedback.
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 #: Gradescope's default overall limit is 10 minutes; stop a little earlier so the
 #: student still gets a results file that says why.
 DEFAULT_TIMEOUT = 540.0
@@ -60,8 +63,14 @@ def _resolve_seed(seed: int | None) -> tuple[int, str]:
     return random.SystemRandom().randrange(2**31), "drawn at random: note it to reproduce grades locally"
 
 
-def build(out_dir: Path, *, seed: int, repo: Path = REPO) -> Path:
-    """Write the bundle folder and its zip into ``out_dir``; returns the zip's path."""
+def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path = REPO) -> Path:
+    """Write the bundle folder and its zip into ``out_dir``; returns the zip's path.
+
+    ``visibility`` is when students see each exercise's score and feedback (Gradescope's
+    per-test setting, e.g. ``after_due_date``); the default shows them at once.
+    """
+    if visibility not in VISIBILITIES:
+        raise SystemExit(f"visibility must be one of {', '.join(VISIBILITIES)}; got {visibility!r}.")
     bundle = out_dir / "autograder"
     if bundle.exists():
         shutil.rmtree(bundle)
@@ -80,6 +89,7 @@ def build(out_dir: Path, *, seed: int, repo: Path = REPO) -> Path:
         shutil.copy2(TEMPLATES / name, bundle / name)
         (bundle / name).chmod(_EXECUTABLE)
     (bundle / SEED_FILE).write_text(f"{seed}\n")
+    (bundle / VISIBILITY_FILE).write_text(f"{visibility}\n")
     zip_path = out_dir / "autograder.zip"
     with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as zf:
         for f in sorted(bundle.rglob("*")):
@@ -133,6 +143,15 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
                 results = failure_results(f"The grader stopped (exit status {res.returncode}) before writing "
                                           f"results; last output: {log_tail(log) or '(none)'}. Please tell "
                                           f"your instructor.")
+    try:
+        visibility = (source / VISIBILITY_FILE).read_text().strip()
+    except OSError:
+        visibility = "visible"
+    if visibility != "visible":
+        # The engine gives one test entry per exercise, public and hidden checks together,
+        # so the whole entry waits; the total follows Gradescope's own rule for hidden tests.
+        for t in results.get("tests", []):
+            t["visibility"] = visibility
     final.write_text(json.dumps(hide_seed(results, seed), indent=2))
     return results
 
@@ -167,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("build", help="write OUT_DIR/autograder/ and OUT_DIR/autograder.zip")
     b.add_argument("out_dir", type=Path, metavar="OUT_DIR")
     b.add_argument("--seed", type=int, help="hidden-case seed baked into the bundle (default: $GRADER_SEED)")
+    b.add_argument("--visibility", choices=VISIBILITIES, default="visible",
+                   help="when students see each exercise's feedback (default: %(default)s)")
     r = sub.add_parser("run", help="grade $AUTOGRADER_ROOT/submission (what run_autograder calls)")
     r.add_argument("--timeout", type=float,
                    default=float(os.environ.get("AUTOGRADER_TIMEOUT", DEFAULT_TIMEOUT)),
@@ -174,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "build":
         seed, origin = _resolve_seed(args.seed)
-        zip_path = build(args.out_dir, seed=seed)
+        zip_path = build(args.out_dir, seed=seed, visibility=args.visibility)
         print(f"Gradescope bundle: {zip_path} (seed {seed}, {origin}). Upload the zip as the assignment's "
               f"autograder; keep it private -- it holds the seed.")
         return 0

@@ -133,6 +133,14 @@ def test_corrupt_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
     assert "ex01_leakage.ipynb" in text, text
 
 
+def test_feedback_can_wait_for_the_due_date(tmp_path):
+    zip_path = build(tmp_path / "gs", seed=SEED, visibility="after_due_date")
+    results, _ = simulate(tmp_path, zip_path, {"ex03_padding.ipynb": _solutions()["ex03_padding.ipynb"]})
+    _valid(results)
+    assert results["tests"] and {t["visibility"] for t in results["tests"]} == {"after_due_date"}
+    assert results["score"] > 0  # the padding_mask exercise, graded as usual
+
+
 def test_empty_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
     results, _ = simulate(tmp_path, bundle, {"notes.txt": b"I forgot to upload"})
     _valid(results)
