@@ -59,15 +59,17 @@ def positive_lengths(gen: torch.Generator, B: int, max_len: int) -> torch.Tensor
     return out
 
 
-def doc_ids(gen: torch.Generator, B: int, L: int, n_docs: int = 3) -> torch.Tensor:
-    """long ``(B, L)`` document ids drawn from a shuffled, gappy set (e.g. 7, 2, 11),
-    so they are neither sorted nor contiguous, and a document may come back
-    after another one (the same id in two separate runs)."""
-    pool = torch.randperm(4 * n_docs, generator=gen)[:n_docs] * 3 + 1
-    runs = torch.randint(0, n_docs, (B, L), generator=gen)
-    # Runs of equal ids (packed documents) rather than pure noise: repeat the
-    # previous id with probability 1/2.
-    keep = torch.rand(B, L, generator=gen) < 0.5
-    for i in range(1, L):
-        runs[:, i] = torch.where(keep[:, i], runs[:, i - 1], runs[:, i])
-    return pool[runs]
+def doc_ids(gen: torch.Generator, B: int, L: int) -> torch.Tensor:
+    """long ``(B, L)`` packed document ids, neither sorted nor contiguous: each row
+    is a few runs whose ids come from a shuffled, gappy set (e.g. 7, 2, 11), and
+    the first document comes back after another one (ids a b a c ...), so equal
+    ids in separate runs must still count as one document. Needs L >= 3."""
+    rows = []
+    for _ in range(B):
+        pool = (torch.randperm(12, generator=gen)[:3] * 3 + 1).tolist()
+        a, b, c = pool
+        runs = [a, b, a, c, b][: min(L, 5)]
+        cuts = sorted(torch.randperm(L - 1, generator=gen)[: len(runs) - 1].add(1).tolist())
+        bounds = [0, *cuts, L]
+        rows.append(torch.cat([torch.full((bounds[r + 1] - bounds[r],), runs[r]) for r in range(len(runs))]))
+    return torch.stack(rows)

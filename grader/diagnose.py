@@ -67,9 +67,9 @@ MISTAKES: dict[str, str] = {
     "no_scale": "the scores are not scaled: multiply q @ k^T by 1/sqrt(d).",
     "scale_sqrt_D": "the scores are scaled by 1/sqrt(D), the model width; each head uses 1/sqrt(d) "
                     "with d = D // n_heads.",
-    "queries_padded": "the padding masks queries (rows) instead of keys (columns): a padded key must be "
-                      "hidden from every query, so the padding part must broadcast as (B, 1, 1, L), "
-                      "not (B, 1, L, 1).",
+    "queries_padded": "the padding masks query rows instead of key columns: a padded key must be hidden "
+                      "from every query, so the padding part must broadcast as (B, 1, 1, L), not "
+                      "(B, 1, L, 1). Padded query rows themselves stay unmasked.",
     "rows_padded_too": "padded query rows are masked as well: the contract masks only padded keys "
                        "(a padded query row still sees the real keys before it).",
     "no_padding": "padding is ignored: key j of sequence b must be hidden when j >= lengths[b].",
@@ -97,10 +97,10 @@ MISTAKES: dict[str, str] = {
     "doc_contiguous": "documents are assumed to be contiguous runs: equal ids mean the same document even "
                       "when another document sits between them. Compare ids directly: "
                       "doc_ids[:, :, None] == doc_ids[:, None, :].",
-    "not_vectorised": "the code reads tensor values back into Python (.item(), .tolist(), int(t), or a loop "
-                      "or slice over a tensor). Build the mask with vectorised comparisons, e.g. "
-                      "torch.arange(L, device=lengths.device) < lengths[:, None]: it then works on any "
-                      "device without a GPU sync.",
+    "not_vectorised": "the code reads tensor values back into Python or onto the CPU (.item(), .tolist(), "
+                      "int(t), .cpu(), or a loop or slice over a tensor). Build the mask with vectorised "
+                      "comparisons, e.g. torch.arange(L, device=lengths.device) < lengths[:, None]: it then "
+                      "works on any device without a GPU sync.",
     "mixed_devices": "tensors on different devices were mixed: a tensor you created is on the CPU while the "
                      "inputs are elsewhere. Create helper tensors with device=<input>.device.",
     "mixed_dtypes": "dtypes were mixed: a tensor you created (or a weight) has another dtype than the "
@@ -267,7 +267,7 @@ def first_wrong_slice(want: torch.Tensor, got: torch.Tensor) -> tuple[tuple[int,
     if len(lead) == 2:
         label = f"batch b = {idx[0]}" + (f", head h = {idx[1]}" if lead[1] > 1 else "") + ": "
     else:
-        label = f"index {list(idx)}: "
+        label = f"index [{', '.join(map(str, idx))}]: "
     return idx, label
 
 
@@ -327,7 +327,12 @@ def fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def number_detail(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, name: str, inputs: str) -> str:
+def index_str(name: str, idx: Sequence[int | str]) -> str:
+    return f"{name}[{', '.join(str(i) for i in idx)}]"
+
+
+def number_detail(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, name: str, inputs: str,
+                  tol: str | None = None) -> str:
     """Where the largest error is, and what the row around it looks like."""
     bad = bad_entries(got, want, dtype)
     g, w = got.double(), want.double()
@@ -337,12 +342,12 @@ def number_detail(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, nam
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), got.shape)) if got.dim() else ()
     lines = [
         f"{int(bad.sum())} of {bad.numel()} entries of {name} are off; the largest error is at "
-        f"{name}{list(idx)}: got {fmt(float(g[idx]))}, expected {fmt(float(w[idx]))}",
-        f"inputs: {inputs}; {tol_str(dtype)}",
+        f"{index_str(name, idx)}: got {fmt(float(g[idx]))}, expected {fmt(float(w[idx]))}",
+        f"inputs: {inputs}; {tol or tol_str(dtype)}",
     ]
     if got.dim() >= 1 and got.shape[-1] <= 8:
         row = idx[:-1]
-        lines.append(f"{name}{list(row) + [':']}: got [{', '.join(fmt(float(v)) for v in g[row])}], "
+        lines.append(f"{index_str(name, [*row, ':'])}: got [{', '.join(fmt(float(v)) for v in g[row])}], "
                      f"expected [{', '.join(fmt(float(v)) for v in w[row])}]")
     return "\n".join(lines)
 

@@ -25,8 +25,8 @@ def diagnose_causal(args, kwargs, got, index, dtype) -> str | None:
     ref = am.causal_mask(args[0])
     eye = torch.eye(args[0], dtype=torch.bool)
     return dg.name_mistake(got, [
+        (M["diagonal_excluded"], lambda: ref & ~eye),  # before "inverted": the same for n = 1
         (M["inverted"], lambda: ~ref),
-        (M["diagonal_excluded"], lambda: ref & ~eye),
         (M["wrong_triangle"], lambda: ref.T),
         (M["no_mask"], lambda: torch.ones_like(ref)),
     ], dtype)

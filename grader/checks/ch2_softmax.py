@@ -93,8 +93,9 @@ def softmax_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> list[dg
     empty = _blocked_rows(mask, scores.shape)
     Lk = scores.shape[-1]
 
-    def filled(value):
-        return torch.softmax(scores.masked_fill(~full, value), dim=-1)
+    def filled(value, zero_empty=False):
+        w = torch.softmax(scores.masked_fill(~full, value), dim=-1)
+        return w.masked_fill(empty, 0.0) if zero_empty else w
 
     return [
         (M["nan_rows"], lambda: ref().masked_fill(empty, float("nan"))),
@@ -107,7 +108,8 @@ def softmax_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> list[dg
         (M["wrong_dim"], lambda: torch.softmax(scores.masked_fill(~full, float("-inf")), dim=-2)),
         (M["zero_times_inf"], lambda: torch.softmax(scores + (~full).double() * float("-inf"), dim=-1)),
         (M["zero_times_inf"], lambda: torch.zeros_like(scores)),
-        *[(M["fill_not_negative"], lambda v=v: filled(v)) for v in (-1e4, -1e5, -1e9, -65504.0)],
+        *[(M["fill_not_negative"], lambda v=v, z=z: filled(v, z))
+          for v in (-1e4, -1e5, -1e9, -65504.0) for z in (False, True)],
     ]
 
 
@@ -213,9 +215,15 @@ def pair_judge(recipe: J.Recipe, rows, what: str, only: tuple[int, ...] | None =
                 return dg.fail(msg_a or msg_b)
             keep = rows(calls[k])  # (..., Lq) bool
             dtype = J.float_dtype(calls[k])
+            args, kwargs = J.cpu_args(calls[k])
+            want = J.reference(recipe, calls[k])
             for i, (out, x, y) in enumerate(zip(recipe.outs, ga, gb)):
-                if (only is not None and i not in only) or x.shape != y.shape or x.dim() < 2:
+                if only is not None and i not in only:
                     continue
+                for got in (x, y):
+                    _, _, msg = J.fit(out, got, want[i], args, kwargs)
+                    if msg:
+                        return dg.fail(msg, f"inputs: {inputs}")
                 sel = torch.broadcast_to(keep[..., None], x.shape)
                 x0, y0 = torch.where(sel, x.double(), 0.0), torch.where(sel, y.double(), 0.0)
                 if not dg.close(y0, x0, dtype):

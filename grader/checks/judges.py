@@ -153,7 +153,7 @@ def additive_problem(name: str, got: torch.Tensor, want: torch.Tensor, kwargs: d
     where = "allowed (True)" if bool(allowed[idx]) else "blocked (False)"
     expected = "0" if bool(allowed[idx]) else \
         f"-inf or <= torch.finfo({dg.dtype_str(dtype)}).min = {lowest:.4g}"
-    detail = (f"{int((~ok).sum())} of {ok.numel()} entries are off; at {name}{list(idx)} "
+    detail = (f"{int((~ok).sum())} of {ok.numel()} entries are off; at {dg.index_str(name, idx)} "
               f"the mask is {where}: got {dg.fmt(float(g[idx]))}, expected {expected}")
     return f"{name} has wrong values", detail
 
@@ -352,10 +352,15 @@ def grads_judge(recipe: Recipe):
                 # judge them at the float16 tolerance.
                 if dtype == torch.float32 and w is not None and bool(
                         dg.bad_entries(g, w, GRAD_TOL).any()):
-                    return dg.fail(f"the gradient of {name} differs from the reference: "
-                                   "check the outputs are computed from the inputs with "
-                                   "differentiable operations (no detach)",
-                                   dg.number_detail(g, w, torch.float16, f"grad {name}", inputs))
+                    wrong = judge_call(recipe, call, outcome)
+                    why = (f"because the outputs differ ({wrong.message})" if wrong is not None else
+                           "although the outputs match: every returned tensor must be computed from the "
+                           "inputs with differentiable operations (no .detach(), no torch.no_grad())")
+                    atol, rtol = dg.tolerance(GRAD_TOL)
+                    return dg.fail(f"the gradient of {name} differs from the reference {why}",
+                                   dg.number_detail(g, w, GRAD_TOL, f"grad {name}", inputs,
+                                                    f"gradient tolerance: |error| <= {atol:g} + "
+                                                    f"{rtol:g}·|expected|"))
         return dg.PASS
 
     return dg.judged(judge)

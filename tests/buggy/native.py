@@ -1,7 +1,7 @@
 """A second correct solution, computing natively in the inputs' dtype (no float32
 upcast), the way a student following the contract literally might: scale the
 queries first, softmax in float16/bfloat16, nan_to_num for fully masked rows,
-PyTorch's SDPA for the cache. Every check must pass it too: the tolerances
+F.linear for the projections. Every check must pass it too: the tolerances
 have to cover both styles."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
     q = F.linear(x_q, w_q).view(B, Lq, n_heads, d).transpose(1, 2)
     k = F.linear(x_kv, w_k).view(B, Lk, n_heads, d).transpose(1, 2)
     v = F.linear(x_kv, w_v).view(B, Lk, n_heads, d).transpose(1, 2)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out, _ = attention(q, k, v, mask)
     return F.linear(out.transpose(1, 2).reshape(B, Lq, D), w_o)
 
 

@@ -1,0 +1,460 @@
+"""One classic mistake per function, each otherwise correct, and the words the
+grader must find for it.
+
+:data:`BUGS` lists ``Bug(exercise, fn, says)``: grading ``fn`` must fail, and
+some failing check's message must contain ``says`` (a key of
+``grader.diagnose.MISTAKES`` or a literal fragment).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import correct as ok
+
+
+@dataclass(frozen=True)
+class Bug:
+    exercise: str
+    fn: object
+    says: str  # a MISTAKES key, or a fragment of the expected message
+
+    @property
+    def id(self) -> str:
+        return f"{self.exercise}-{self.fn.__name__}"
+
+
+# --------------------------------------------------------------------------- chapter 1
+
+def causal_inverted(n, *, device=None):
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)  # True = blocked
+
+
+def causal_no_diagonal(n, *, device=None):
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril(-1)
+
+
+def causal_upper(n, *, device=None):
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu()
+
+
+def causal_all_true(n, *, device=None):
+    return torch.ones(n, n, dtype=torch.bool, device=device)
+
+
+def causal_ignores_device(n, *, device=None):
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def causal_float(n, *, device=None):
+    return torch.ones(n, n, device=device).tril()
+
+
+def influence_transposed(f, x):
+    return ok.influence_matrix(f, x).T
+
+
+def influence_squared(f, x):
+    return ok.influence_matrix(f, x) ** 2
+
+
+def influence_sum_grad(f, x):
+    rows = []
+    for i in range(x.shape[0]):
+        xi = x.detach().clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(f(xi)[i].sum(), xi)
+        rows.append(g.norm(dim=-1))
+    return torch.stack(rows)
+
+
+def influence_in_place_grad(f, x):
+    x.requires_grad_(True)
+    y = f(x)
+    rows = []
+    for i in range(x.shape[0]):
+        gs = []
+        for c in range(y.shape[1]):
+            y[i, c].backward(retain_graph=True)
+            gs.append(x.grad.clone())
+            x.grad = None
+        rows.append(torch.stack(gs).pow(2).sum(dim=(0, 2)).sqrt())
+    x.grad = torch.zeros_like(x)
+    return torch.stack(rows).detach()
+
+
+# --------------------------------------------------------------------------- chapter 2
+
+def additive_zero_times_inf(mask, dtype=torch.float32):
+    return (~mask).to(dtype) * float("-inf")
+
+
+def additive_inverted(mask, dtype=torch.float32):
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+
+
+def additive_not_negative(mask, dtype=torch.float32):
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, -1e4)
+
+
+def additive_multiplicative(mask, dtype=torch.float32):
+    return mask.to(dtype)
+
+
+def additive_ignores_dtype(mask, dtype=torch.float32):
+    return ok.to_additive(mask)
+
+
+def additive_on_cpu(mask, dtype=torch.float32):
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))  # no device=
+
+
+def _fix_empty(w, mask):
+    return torch.where(mask.any(dim=-1, keepdim=True), w, torch.zeros_like(w))
+
+
+def softmax_inverted(scores, mask):
+    return ok.masked_softmax(scores, ~mask)
+
+
+def softmax_after(scores, mask):
+    return torch.softmax(scores.float(), dim=-1).to(scores.dtype) * mask
+
+
+def softmax_multiply(scores, mask):
+    return torch.softmax(scores.float() * mask, dim=-1).to(scores.dtype)
+
+
+def softmax_nan_rows(scores, mask):
+    return torch.softmax(scores.float().masked_fill(~mask, float("-inf")), dim=-1).to(scores.dtype)
+
+
+def softmax_uniform_rows(scores, mask):
+    return torch.softmax(scores.float().masked_fill(~mask, -1e9), dim=-1).to(scores.dtype)
+
+
+def softmax_fill_1e4(scores, mask):
+    w = torch.softmax(scores.float().masked_fill(~mask, -1e4), dim=-1)
+    return _fix_empty(w, mask).to(scores.dtype)
+
+
+def softmax_fill_1e9_native(scores, mask):
+    w = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)  # overflows in float16
+    return _fix_empty(w, mask)
+
+
+def softmax_wrong_dim(scores, mask):
+    w = torch.softmax(scores.float().masked_fill(~mask, float("-inf")), dim=-2)
+    return w.nan_to_num(0.0).to(scores.dtype)
+
+
+def softmax_in_place(scores, mask):
+    scores.masked_fill_(~mask, float("-inf"))  # changes the caller's scores
+    w = torch.softmax(scores.float(), dim=-1)
+    return _fix_empty(w, mask).to(scores.dtype)
+
+
+def softmax_returns_float32(scores, mask):
+    return ok.masked_softmax(scores.float(), mask)
+
+
+def _attention_with(q, k, v, mask, scale):
+    scores = q @ k.transpose(-2, -1) * scale
+    if mask is None:
+        mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device)
+    w = ok.masked_softmax(scores, mask)
+    return w @ v, w
+
+
+def attention_scale_1_over_d(q, k, v, mask=None):
+    return _attention_with(q, k, v, mask, 1 / q.shape[-1])
+
+
+def attention_no_scale(q, k, v, mask=None):
+    return _attention_with(q, k, v, mask, 1.0)
+
+
+def attention_after_softmax(q, k, v, mask=None):
+    w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).float(), dim=-1).to(q.dtype)
+    if mask is not None:
+        w = w * mask
+    return w @ v, w
+
+
+def attention_nan_grads(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + ok.to_additive(mask, scores.dtype)
+    w = torch.softmax(scores.float(), dim=-1).nan_to_num(0.0).to(q.dtype)
+    return w @ v, w
+
+
+def attention_no_mask(q, k, v, mask=None):
+    return ok.attention(q, k, v)
+
+
+def attention_mixed_dtypes(q, k, v, mask=None):
+    scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    w = ok.masked_softmax(scores, mask if mask is not None else torch.ones_like(scores, dtype=torch.bool))
+    return w @ v, w  # float32 weights @ float16 values
+
+
+def attention_first_mask_only(q, k, v, mask=None):
+    if mask is not None and mask.dim() == 4:
+        mask = mask[0]  # every sequence gets the first one's mask
+    return ok.attention(q, k, v, mask)
+
+
+def attention_detached_weights(q, k, v, mask=None):
+    out, w = ok.attention(q, k, v, mask)
+    return out, w.detach()
+
+
+# --------------------------------------------------------------------------- chapters 3 and 4
+
+def padding_inverted(lengths, max_len):
+    return ~ok.padding_mask(lengths, max_len)
+
+
+def padding_off_by_one(lengths, max_len):
+    return torch.arange(max_len, device=lengths.device)[None, :] <= lengths[:, None]
+
+
+def padding_loop(lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, dtype=torch.bool, device=lengths.device)
+    for b, n in enumerate(lengths.tolist()):  # reads the values back: a GPU sync, fails on meta
+        mask[b, :n] = True
+    return mask
+
+
+def padding_arange_on_cpu(lengths, max_len):
+    return torch.arange(max_len)[None, :] < lengths[:, None]
+
+
+def decoder_pads_queries(lengths, max_len):
+    rows = ok.padding_mask(lengths, max_len)[:, None, :, None]  # (B, 1, L, 1): the wrong axis
+    return ok.causal_mask(max_len, device=lengths.device) & rows
+
+
+def decoder_pads_rows_too(lengths, max_len):
+    real = ok.padding_mask(lengths, max_len)
+    return ok.decoder_mask(lengths, max_len) & real[:, None, :, None]
+
+
+def decoder_no_causal(lengths, max_len):
+    return ok.padding_mask(lengths, max_len)[:, None, None, :].expand(-1, 1, max_len, -1)
+
+
+def decoder_no_padding(lengths, max_len):
+    return ok.causal_mask(max_len, device=lengths.device).expand(len(lengths), 1, max_len, max_len)
+
+
+# --------------------------------------------------------------------------- chapter 5
+
+def enc_dec_causal_cross(src_lengths, tgt_lengths, src_len, tgt_len):
+    enc, dec, cross = ok.encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len)
+    i = torch.arange(tgt_len, device=src_lengths.device)[:, None]
+    j = torch.arange(src_len, device=src_lengths.device)[None, :]
+    return enc, dec, cross & (j <= i)
+
+
+def enc_dec_causal_encoder(src_lengths, tgt_lengths, src_len, tgt_len):
+    enc, dec, cross = ok.encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len)
+    return enc & ok.causal_mask(src_len, device=src_lengths.device), dec, cross
+
+
+def enc_dec_wrong_broadcast(src_lengths, tgt_lengths, src_len, tgt_len):
+    _, dec, cross = ok.encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len)
+    return ok.padding_mask(src_lengths, src_len)[:, None, :, None], dec, cross  # (B, 1, S, 1)
+
+
+def enc_dec_cross_pads_rows(src_lengths, tgt_lengths, src_len, tgt_len):
+    enc, dec, cross = ok.encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len)
+    return enc, dec, cross & ok.padding_mask(tgt_lengths, tgt_len)[:, None, :, None]
+
+
+def enc_dec_cross_tgt_lengths(src_lengths, tgt_lengths, src_len, tgt_len):
+    enc, dec, _ = ok.encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len)
+    cross = torch.arange(src_len, device=src_lengths.device) < tgt_lengths[:, None, None, None]
+    return enc, dec, cross
+
+
+def _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, *, scale=None, lin=lambda x, w: x @ w.T):
+    B, Lq, D = x_q.shape
+    Lk = x_kv.shape[1]
+    d = D // n_heads
+    q = lin(x_q, w_q).view(B, Lq, n_heads, d).transpose(1, 2)
+    k = lin(x_kv, w_k).view(B, Lk, n_heads, d).transpose(1, 2)
+    v = lin(x_kv, w_v).view(B, Lk, n_heads, d).transpose(1, 2)
+    s = q @ k.transpose(-2, -1) * (1 / math.sqrt(d) if scale is None else scale)
+    if mask is None:
+        mask = torch.ones(Lq, Lk, dtype=torch.bool, device=x_q.device)
+    out = ok.masked_softmax(s, mask) @ v
+    return lin(out.transpose(1, 2).reshape(B, Lq, D), w_o)
+
+
+def mha_scale_sqrt_D(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    return _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, scale=1 / math.sqrt(x_q.shape[-1]))
+
+
+def mha_no_transpose(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    return _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, lin=lambda x, w: x @ w)
+
+
+def mha_bad_split(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    B, Lq, D = x_q.shape
+    Lk = x_kv.shape[1]
+    d = D // n_heads
+    q = (x_q @ w_q.T).reshape(B, n_heads, Lq, d)
+    k = (x_kv @ w_k.T).reshape(B, n_heads, Lk, d)
+    v = (x_kv @ w_v.T).reshape(B, n_heads, Lk, d)
+    out, _ = ok.attention(q, k, v, mask)
+    return out.transpose(1, 2).reshape(B, Lq, D) @ w_o.T
+
+
+def mha_causal_leak(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    return _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, None)  # ignores the mask
+
+
+# --------------------------------------------------------------------------- chapter 6
+
+def cache_top_left(q, k_new, v_new, k_cache, v_cache):
+    k = torch.cat([k_cache, k_new], dim=2)
+    v = torch.cat([v_cache, v_new], dim=2)
+    n, total = q.shape[2], k.shape[2]
+    mask = torch.ones(n, total, dtype=torch.bool, device=q.device).tril()  # top-left
+    return ok.attention(q, k, v, mask)[0], k, v
+
+
+def cache_no_mask(q, k_new, v_new, k_cache, v_cache):
+    k = torch.cat([k_cache, k_new], dim=2)
+    v = torch.cat([v_cache, v_new], dim=2)
+    return ok.attention(q, k, v)[0], k, v
+
+
+def cache_wrong_order(q, k_new, v_new, k_cache, v_cache):
+    out, _, _ = ok.kv_cache_attention(q, k_new, v_new, k_cache, v_cache)
+    return out, torch.cat([k_new, k_cache], dim=2), torch.cat([v_new, v_cache], dim=2)
+
+
+def cache_mask_on_cpu(q, k_new, v_new, k_cache, v_cache):
+    k = torch.cat([k_cache, k_new], dim=2)
+    v = torch.cat([v_cache, v_new], dim=2)
+    n, T = q.shape[2], k_cache.shape[2]
+    mask = torch.ones(n, T + n, dtype=torch.bool).tril(diagonal=T)  # no device=
+    return ok.attention(q, k, v, mask)[0], k, v
+
+
+# --------------------------------------------------------------------------- chapter 7
+
+def window_off_by_one(n, window, *, device=None):
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    return (j <= i) & (i - j <= window)
+
+
+def window_both_ways(n, window, *, device=None):
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    return (i - j).abs() < window
+
+
+def prefix_le(n, prefix_len, *, device=None):
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    return (j <= i) | (j <= prefix_len)
+
+
+def prefix_and(n, prefix_len, *, device=None):
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    return (j <= i) & (j < prefix_len)
+
+
+def prefix_rows(n, prefix_len, *, device=None):
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    return (j <= i) | (i < prefix_len)
+
+
+def document_no_causal(doc_ids):
+    return (doc_ids[:, :, None] == doc_ids[:, None, :])[:, None]
+
+
+def document_contiguous(doc_ids):
+    change = torch.ones_like(doc_ids)
+    change[:, 1:] = (doc_ids[:, 1:] != doc_ids[:, :-1]).long()
+    return ok.document_mask(change.cumsum(dim=1))
+
+
+def document_inverted(doc_ids):
+    return ~ok.document_mask(doc_ids)
+
+
+BUGS: list[Bug] = [
+    Bug("causal_mask", causal_inverted, "inverted"),
+    Bug("causal_mask", causal_no_diagonal, "diagonal_excluded"),
+    Bug("causal_mask", causal_upper, "wrong_triangle"),
+    Bug("causal_mask", causal_all_true, "no_mask"),
+    Bug("causal_mask", causal_ignores_device, "wrong_device"),
+    Bug("causal_mask", causal_float, "expected bool"),
+    Bug("influence_matrix", influence_transposed, "transposed"),
+    Bug("influence_matrix", influence_squared, "squared"),
+    Bug("influence_matrix", influence_sum_grad, "summing the outputs"),
+    Bug("influence_matrix", influence_in_place_grad, ".grad was set"),
+    Bug("to_additive", additive_zero_times_inf, "zero_times_inf"),
+    Bug("to_additive", additive_inverted, "inverted"),
+    Bug("to_additive", additive_not_negative, "not negative enough"),
+    Bug("to_additive", additive_multiplicative, "multiplicative"),
+    Bug("to_additive", additive_ignores_dtype, "expected float16"),
+    Bug("to_additive", additive_on_cpu, "mixed_devices"),
+    Bug("masked_softmax", softmax_inverted, "inverted"),
+    Bug("masked_softmax", softmax_after, "after_softmax"),
+    Bug("masked_softmax", softmax_multiply, "multiply_logits"),
+    Bug("masked_softmax", softmax_nan_rows, "nan_rows"),
+    Bug("masked_softmax", softmax_uniform_rows, "uniform_rows"),
+    Bug("masked_softmax", softmax_fill_1e4, "fill_not_negative"),
+    Bug("masked_softmax", softmax_fill_1e9_native, "fill_overflow"),
+    Bug("masked_softmax", softmax_wrong_dim, "wrong_dim"),
+    Bug("masked_softmax", softmax_in_place, "in_place"),
+    Bug("masked_softmax", softmax_returns_float32, "expected float16"),
+    Bug("attention", attention_scale_1_over_d, "scale_1_over_d"),
+    Bug("attention", attention_no_scale, "no_scale"),
+    Bug("attention", attention_after_softmax, "after_softmax"),
+    Bug("attention", attention_nan_grads, "NaN or inf"),
+    Bug("attention", attention_no_mask, "future_leak"),
+    Bug("attention", attention_detached_weights, "gradient"),
+    Bug("attention", attention_mixed_dtypes, "mixed_dtypes"),
+    Bug("attention", attention_first_mask_only, "padding_leak"),
+    Bug("padding_mask", padding_inverted, "inverted"),
+    Bug("padding_mask", padding_off_by_one, "padding_off_by_one"),
+    Bug("padding_mask", padding_loop, "not_vectorised"),
+    Bug("padding_mask", padding_arange_on_cpu, "mixed_devices"),
+    Bug("decoder_mask", decoder_pads_queries, "queries_padded"),
+    Bug("decoder_mask", decoder_pads_rows_too, "queries_padded"),
+    Bug("decoder_mask", decoder_no_causal, "no_causal"),
+    Bug("decoder_mask", decoder_no_padding, "no_padding"),
+    Bug("encoder_decoder_masks", enc_dec_causal_cross, "cross_causal"),
+    Bug("encoder_decoder_masks", enc_dec_causal_encoder, "enc_causal"),
+    Bug("encoder_decoder_masks", enc_dec_wrong_broadcast, "queries_padded"),
+    Bug("encoder_decoder_masks", enc_dec_cross_tgt_lengths, "cross_wrong_lengths"),
+    Bug("encoder_decoder_masks", enc_dec_cross_pads_rows, "rows_padded_too"),
+    Bug("multi_head_attention", mha_scale_sqrt_D, "scale_sqrt_D"),
+    Bug("multi_head_attention", mha_no_transpose, "x @ w.T"),
+    Bug("multi_head_attention", mha_bad_split, "bare view"),
+    Bug("multi_head_attention", mha_causal_leak, "future_leak"),
+    Bug("kv_cache_attention", cache_top_left, "top_left"),
+    Bug("kv_cache_attention", cache_no_mask, "each other's future"),
+    Bug("kv_cache_attention", cache_wrong_order, "the cache goes first"),
+    Bug("kv_cache_attention", cache_mask_on_cpu, "mixed_devices"),
+    Bug("sliding_window_mask", window_off_by_one, "window_off_by_one"),
+    Bug("sliding_window_mask", window_both_ways, "window_not_causal"),
+    Bug("prefix_lm_mask", prefix_le, "prefix_le"),
+    Bug("prefix_lm_mask", prefix_and, "prefix_and"),
+    Bug("prefix_lm_mask", prefix_rows, "prefix_rows"),
+    Bug("document_mask", document_no_causal, "doc_no_causal"),
+    Bug("document_mask", document_contiguous, "doc_contiguous"),
+    Bug("document_mask", document_inverted, "inverted"),
+]

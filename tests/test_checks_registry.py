@@ -1,0 +1,107 @@
+"""The registry of exercises: order, points, determinism of the cases, speed of
+the public checks, and the fnspecs given to influence_matrix."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from buggy import correct, failures, grade
+
+import attnmask as am
+from grader import fnspecs
+from grader.checks import EXERCISES, POINTS, public_summary
+from grader.spec import Call, FnSpec
+
+
+def test_exercises_follow_the_contract_in_chapter_order():
+    assert tuple(EXERCISES) == am.CONTRACT
+    assert list(POINTS) == list(EXERCISES)
+    chapters = [ex.chapter for ex in EXERCISES.values()]
+    assert chapters == sorted(chapters) and set(chapters) == set(range(1, 8))
+    for name, ex in EXERCISES.items():
+        assert ex.name == name and ex.points == POINTS[name] > 0
+        assert name in public_summary(name)
+    with pytest.raises(KeyError):
+        public_summary("no_such_exercise")
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_check_names_are_unique_and_public_checks_come_first(name):
+    checks = EXERCISES[name].make_checks(0, hidden=True)
+    names = [c.name for c in checks]
+    assert len(names) == len(set(names))
+    public = [c.name for c in EXERCISES[name].make_checks(0, hidden=False)]
+    assert public and names[: len(public)] == public
+    assert all(c.public for c in checks[: len(public)]) and not any(c.public for c in checks[len(public):])
+    assert any(c.requires == "cuda" for c in checks), "a CUDA check exists (skipped without a GPU)"
+    assert 6 <= sum(len(c.calls) for c in checks) <= 40
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, FnSpec):
+        return isinstance(b, FnSpec) and a.kind == b.kind and _same(a.params, b.params)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, tuple | list):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _calls(checks) -> list[Call]:
+    return [(c.name, call.args, call.kwargs, call.device) for c in checks for call in c.calls]
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_same_seed_same_checks_other_seed_other_hidden_inputs(name):
+    make = EXERCISES[name].make_checks
+    assert _same(_calls(make(5)), _calls(make(5)))
+    assert _same(_calls(make(5, hidden=False)), _calls(make(6, hidden=False))), "public: same for all"
+    assert [c.name for c in make(5)] == [c.name for c in make(6)], "check names do not depend on the seed"
+    hidden = lambda seed: _calls(make(seed)[len(make(seed, hidden=False)):])  # noqa: E731
+    assert not _same(hidden(5), hidden(6))
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_public_checks_run_fast_in_the_notebook(name):
+    checks = EXERCISES[name].make_checks(0, hidden=False)
+    fn = getattr(correct, name)
+    grade(fn, checks)  # warm-up: first calls pay for lazy imports
+    seconds = []
+    for _ in range(3):  # the best of three: other jobs share these CPUs
+        t0 = time.perf_counter()
+        verdicts = grade(fn, checks)
+        seconds.append(time.perf_counter() - t0)
+    assert min(seconds) < 0.3
+    assert failures(verdicts) == {}
+
+
+def test_fnspec_mix_has_the_closed_form_influence():
+    gen = torch.Generator().manual_seed(0)
+    a, w = torch.randn(4, 4, generator=gen), torch.randn(3, 5, generator=gen)
+    f = fnspecs.build(FnSpec("mix", {"a": a, "w": w}))
+    x = torch.randn(4, 3, generator=gen)
+    assert f(x).shape == (4, 5)
+    torch.testing.assert_close(correct.influence_matrix(f, x), a.abs() * w.norm())
+
+
+def test_fnspec_attention_causal_and_elementwise_influence_patterns():
+    gen = torch.Generator().manual_seed(1)
+    ws = {k: torch.randn(3, 3, generator=gen) for k in ("w_q", "w_k", "w_v")}
+    x = torch.randn(5, 3, generator=gen)
+    causal = correct.influence_matrix(fnspecs.build(FnSpec("attention", {**ws, "causal": True})), x)
+    full = correct.influence_matrix(fnspecs.build(FnSpec("attention", {**ws, "causal": False})), x)
+    future = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    assert (causal[future] == 0).all() and (full[future] > 0).all()
+    diag = correct.influence_matrix(fnspecs.build(FnSpec("elementwise", {"scale": 0.5})), x)
+    assert (diag - torch.diag(diag.diagonal()) == 0).all() and (diag.diagonal() > 0).all()
+
+
+def test_fnspec_follows_the_input_dtype_and_rejects_unknown_kinds():
+    f = fnspecs.build(FnSpec("mix", {"a": torch.eye(2), "w": torch.ones(2, 2)}))
+    assert f(torch.ones(2, 2, dtype=torch.float16)).dtype == torch.float16
+    with pytest.raises(ValueError, match="unknown function kind"):
+        fnspecs.build(FnSpec("nope"))
