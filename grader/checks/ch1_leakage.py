@@ -42,7 +42,7 @@ def causal_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     if not hidden:
         return checks
     return checks + J.int_mask_checks(CAUSAL, seed, public, [("n = 2", (2,))],
-                                      lambda gen: (cases.integer(gen, 3, 16),))
+                                      lambda gen: (cases.integer(gen, 3, 12),))
 
 
 # --------------------------------------------------------------------------- influence_matrix

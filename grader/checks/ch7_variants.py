@@ -46,7 +46,7 @@ def sliding_window_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check
         return checks
 
     def draw(gen):
-        n = cases.integer(gen, 3, 16)
+        n = cases.integer(gen, 3, 12)
         return (n, cases.integer(gen, 2, n - 1))
 
     edges = [("window ≥ n is plain causal", (5, 5)), ("window > n", (4, 9)), ("n = 1", (1, 1))]
@@ -82,7 +82,7 @@ def prefix_lm_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         return checks
 
     def draw(gen):
-        n = cases.integer(gen, 3, 16)
+        n = cases.integer(gen, 3, 12)
         return (n, cases.integer(gen, 1, n - 1))
 
     edges = [("prefix_len = n sees everything", (5, 5)), ("n = 1", (1, 1)), ("n = 1, prefix_len = 0", (1, 0))]

@@ -190,10 +190,17 @@ def judge_call(recipe: Recipe, call: Call, outcome: Outcome, only: Sequence[int]
     return None
 
 
+def size(call: Call) -> int:
+    """How big a call's inputs are: failing cases are shown smallest first."""
+    return sum(a.numel() if isinstance(a, torch.Tensor) else a if isinstance(a, int) else 0
+               for a in call.args)
+
+
 def values_judge(recipe: Recipe, only: Sequence[int] | None = None):
     def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
-        for call, outcome in zip(calls, outcomes):
-            verdict = judge_call(recipe, call, outcome, only)
+        order = sorted(range(len(calls)), key=lambda i: size(calls[i]))
+        for i in order:
+            verdict = judge_call(recipe, calls[i], outcomes[i], only)
             if verdict is not None:
                 return verdict
         return dg.PASS
