@@ -241,25 +241,34 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
     """
     left = list(pending)
     n = 0
-    while left:
-        worker = worker or Worker(tmp, n)
-        n += 1
-        worker.send(make_job(left))
-        state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
-        try:
-            state.drive()
-        finally:
-            worker.stop()
-        found = found_of()
-        if state.fatal or found is None:
-            return
-        left = [i for i in left if i not in state.finished and i in found]
-        if state.bye:
-            # The worker said it finished: anything not reported is lost for good.
-            for i in left:
-                handler.exercise_failed(i, "the worker finished without reporting it")
-            return
-        worker = None
+    spare: Worker | None = None
+    try:
+        while left:
+            worker = worker or spare or Worker(tmp, n)
+            spare = None
+            n += 1
+            worker.send(make_job(left))
+            if n > 1:
+                # One crash often comes with more: have the next worker import torch meanwhile.
+                spare = Worker(tmp, n + 100)
+            state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
+            try:
+                state.drive()
+            finally:
+                worker.stop()
+            found = found_of()
+            if state.fatal or found is None:
+                return
+            left = [i for i in left if i not in state.finished and i in found]
+            if state.bye:
+                # The worker said it finished: anything not reported is lost for good.
+                for i in left:
+                    handler.exercise_failed(i, "the worker finished without reporting it")
+                return
+            worker = None
+    finally:
+        if spare is not None:
+            spare.stop()
 
 
 class _Drive:

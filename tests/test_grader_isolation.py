@@ -1,0 +1,266 @@
+"""The sandbox: student code that hangs, crashes, hogs, cheats or makes a mess
+costs only its own exercise, with a plain message, and never the grade file.
+
+One grading run of ``tests/submissions/hostile.py`` (every exercise misbehaves
+differently) serves most tests; a few small runs cover loading problems.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import channel, cli, engine, rules, submission
+from grader.results import CRASHED, FAILED, NOT_FOUND, PASSED, TIMED_OUT
+from grader.spec import Call, Check, NotATensor, Outcome, Verdict
+
+SUBMISSIONS = Path(__file__).parent / "submissions"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """Grade hostile.py once, through the CLI, with a secret in the environment."""
+    out = tmp_path_factory.mktemp("hostile-out")
+    old = os.environ.get("GRADER_SEED")
+    os.environ["GRADER_SEED"] = "4242"  # a secret the worker must never see
+    try:
+        code = cli.main([str(SUBMISSIONS / "hostile.py"), "--json", str(out / "results.json"),
+                         "--timeout", "2", "--memory", "1024", "--quiet"])
+    finally:
+        if old is None:
+            del os.environ["GRADER_SEED"]
+        else:
+            os.environ["GRADER_SEED"] = old
+    results = json.loads((out / "results.json").read_text())
+    tests = {t["name"].split()[0]: t for t in results["tests"]}
+    return code, results, tests
+
+
+def test_grading_completes_with_every_exercise_reported(hostile):
+    code, results, tests = hostile
+    assert code == 0
+    assert list(tests) == list(engine.load_registry())
+    assert results["extra_data"]["seed"] == 4242  # the seed came from $GRADER_SEED, in the parent
+
+
+def test_interruptible_infinite_loop_times_out(hostile):
+    _, results, tests = hostile
+    assert results["extra_data"]["status"]["causal_mask"] == TIMED_OUT
+    assert "time limit" in tests["causal_mask"]["output"]
+
+
+def test_loop_that_ignores_interruption_is_killed(hostile):
+    _, results, tests = hostile
+    assert results["extra_data"]["status"]["to_additive"] == TIMED_OUT
+    assert "did not finish within 2 s" in tests["to_additive"]["output"]
+
+
+def test_os_exit_is_a_crash_of_that_exercise_only(hostile):
+    _, results, tests = hostile
+    assert results["extra_data"]["status"]["masked_softmax"] == CRASHED
+    assert "os._exit()" in tests["masked_softmax"]["output"]
+
+
+def test_segfault_is_a_crash_of_that_exercise_only(hostile):
+    _, results, tests = hostile
+    assert results["extra_data"]["status"]["attention"] == CRASHED
+    assert "segmentation fault" in tests["attention"]["output"]
+
+
+def test_sys_exit_and_keyboard_interrupt_fail_their_checks(hostile):
+    _, results, tests = hostile
+    assert results["extra_data"]["status"]["padding_mask"] == FAILED
+    assert "SystemExit" in tests["padding_mask"]["output"]
+    assert results["extra_data"]["status"]["decoder_mask"] == FAILED
+    assert "KeyboardInterrupt" in tests["decoder_mask"]["output"]
+
+
+def test_memory_hog_is_stopped(hostile):
+    _, results, tests = hostile
+    assert tests["encoder_decoder_masks"]["score"] == 0
+    assert "MemoryError" in tests["encoder_decoder_masks"]["output"]
+
+
+def test_patched_comparisons_do_not_fool_the_judges(hostile):
+    _, _, tests = hostile
+    mha = tests["multi_head_attention"]
+    assert mha["score"] < mha["max_score"]
+    assert "wrong values" in mha["output"]
+
+
+def test_lying_tensor_subclass_is_refused(hostile):
+    _, _, tests = hostile
+    kv = tests["kv_cache_attention"]
+    assert kv["score"] < kv["max_score"]
+    assert "tensor subclass Liar" in kv["output"]
+
+
+def test_side_effects_that_are_not_cheating_cost_nothing(hostile):
+    _, results, tests = hostile
+    # Floods of output; stdin read, stray process and thread, cwd and env changed.
+    for name in ("sliding_window_mask", "prefix_lm_mask"):
+        assert tests[name]["status"] == "passed", tests[name]["output"]
+    assert "chatter" in results["output"]  # shown, truncated
+    assert len(results["output"]) < 10_000
+
+
+def test_forged_results_files_and_secrets_change_nothing(hostile, tmp_path):
+    _, results, tests = hostile
+    assert results["max_score"] == sum(t["max_score"] for t in results["tests"])
+    assert results["score"] < 50
+    # document_mask returns None if $GRADER_SEED leaked into the sandbox, and forges files.
+    assert tests["document_mask"]["status"] == "passed", tests["document_mask"]["output"]
+
+
+def test_forbidden_import_in_the_worker_names_the_rule(hostile):
+    _, _, tests = hostile
+    assert "attnmask is off limits in exercises" in tests["influence_matrix"]["output"]
+
+
+def test_no_stray_processes_survive(hostile):
+    sleeping = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd[:2] == [b"sleep", b"300"]:
+            sleeping.append(pid)
+    assert not sleeping, f"stray processes left by the submission: {sleeping}"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def test_hang_at_import_costs_everything_but_ends_in_time():
+    report = engine.grade(SUBMISSIONS / "hang_at_import.py", exercises=["causal_mask"], timeout=1,
+                          load_timeout=3)
+    e = report.exercise("causal_mask")
+    assert (e.status, e.score) == (TIMED_OUT, 0)
+    assert "did not finish within 3 s" in e.message and "before any exercise" in e.message
+    assert report.execution_time < 60
+
+
+def test_slow_statement_at_import_is_stopped_and_the_rest_graded():
+    report = engine.grade(SUBMISSIONS / "slow_import.py", exercises=["causal_mask"], timeout=2)
+    assert report.exercise("causal_mask").status == PASSED
+    assert any("ran longer than 2 s" in n for n in report.notes)
+
+
+def test_parent_never_runs_student_code(tmp_path):
+    marker = tmp_path / "ran-in"
+    sub = tmp_path / "spy.py"
+    sub.write_text(
+        "import os\n"
+        f"PID = open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "def causal_mask(n, *, device=None):\n"
+        "    import torch\n"
+        "    return torch.ones(n, n, dtype=torch.bool, device=device).tril()\n"
+    )
+    before = set(sys.modules)
+    report = engine.grade(sub, exercises=["causal_mask"])
+    assert report.exercise("causal_mask").status == PASSED
+    assert int(marker.read_text()) != os.getpid()
+    assert not any(m.startswith("submission") for m in set(sys.modules) - before)
+
+
+def test_forbidden_apis_are_reported_and_score_zero():
+    names = ["causal_mask", "padding_mask", "attention", "multi_head_attention", "sliding_window_mask"]
+    report = engine.grade(SUBMISSIONS / "forbidden.py", exercises=names)
+    statuses = {e.name: e.status for e in report.exercises}
+    assert statuses["sliding_window_mask"] == PASSED
+    rule = "is off limits in exercises: it would be the answer"
+    for name in names[:-1]:
+        e = report.exercise(name)
+        assert e.score == 0, name
+        assert rule in e.message, (name, e.message)
+        assert any(rule in n for n in e.notes), (name, e.notes)  # the static scan names the line
+    assert "line 14 of forbidden.py" in " ".join(report.exercise("padding_mask").notes)  # via a helper
+
+
+# --------------------------------------------------------------------------- the channel
+
+
+def test_channel_round_trips_outcomes(tmp_path):
+    o = Outcome(output=(torch.ones(2), NotATensor("list")), devices=("cpu", None), error=None,
+                args_after=({"value": torch.zeros(1), "grad_set": False}, None), grads={0: torch.ones(3)})
+    channel.send([channel.outcome_to_data(o)], str(tmp_path / "x.pt"))
+    (back,) = [channel.outcome_from_data(d) for d in channel.receive(str(tmp_path / "x.pt"))]
+    assert torch.equal(back.output[0], torch.ones(2)) and back.output[1] == NotATensor("list")
+    assert back.args_after[0]["grad_set"] is False and torch.equal(back.grads[0], torch.ones(3))
+
+
+class _Forged:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_channel_refuses_objects_and_subclasses(tmp_path):
+    path = tmp_path / "forged.pt"
+    path.write_bytes(pickle.dumps([_Forged()]))
+    with pytest.raises(channel.ChannelError):
+        channel.receive(str(path))
+    torch.save([torch.nn.Parameter(torch.ones(2))], path)
+    with pytest.raises(channel.ChannelError, match="Parameter"):
+        channel.receive(str(path))
+    with pytest.raises(channel.ChannelError):
+        channel.outcome_from_data({"error": 3})
+
+
+def test_channel_refuses_oversized_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(channel, "MAX_FILE_BYTES", 1000)
+    torch.save(torch.zeros(1000), tmp_path / "big.pt")
+    with pytest.raises(channel.ChannelError, match="limit"):
+        channel.receive(str(tmp_path / "big.pt"))
+
+
+def test_judge_exception_becomes_an_internal_error_verdict():
+    def broken(calls, outcomes):
+        raise KeyError("oops")
+
+    check = Check("broken judge", [Call((3,))], broken)
+    verdict = engine.judge(check, [Outcome(output=torch.ones(3))])
+    assert isinstance(verdict, Verdict) and not verdict.passed
+    assert "internal grader error" in verdict.message and "KeyError" in verdict.message
+
+
+# --------------------------------------------------------------------------- static rules
+
+
+def test_static_scan_follows_helpers_and_imports():
+    src = (
+        "import attnmask as am\n"
+        "from torch.nn.functional import scaled_dot_product_attention as sdpa\n"
+        "def helper(x):\n    return am.causal_mask(x)\n"
+        "def causal_mask(n):\n    return helper(n)\n"
+        "def attention(q, k, v, mask=None):\n    return sdpa(q, k, v), None\n"
+        "def padding_mask(lengths, max_len):\n    return lengths\n"
+    )
+    cell = submission.Cell("x.py", 1, src)
+    tree = submission.parse(src)
+    found = {f.exercise: f for f in rules.scan_trees([(tree, cell.label, 0)], ["causal_mask", "attention",
+                                                                                "padding_mask"])}
+    assert set(found) == {"causal_mask", "attention"}
+    assert found["causal_mask"].what == "attnmask" and "line 1" in found["causal_mask"].where
+    assert found["attention"].what == "scaled_dot_product_attention"
+
+
+def test_worker_environment_is_scrubbed(monkeypatch, tmp_path):
+    from grader.sandbox import worker_env
+
+    monkeypatch.setenv("GRADER_SEED", "7")
+    monkeypatch.setenv("GITHUB_TOKEN", "secret")
+    env = worker_env(tmp_path)
+    assert "GRADER_SEED" not in env and "GITHUB_TOKEN" not in env
+    assert env["TMPDIR"] == str(tmp_path) and env["PYTHONHASHSEED"] == "0"
+
+
+def test_not_found_exercises_say_so(hostile):
+    _, results, _ = hostile
+    assert NOT_FOUND not in results["extra_data"]["status"].values()
