@@ -68,6 +68,7 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     if want_grads:
         args, grad_idx = _grad_probe(args)
     before = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args)
+    requires = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     t0 = time.perf_counter()
     try:
         result = fn(*args, **kwargs)
@@ -80,7 +81,7 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     if want_grads:
         grads = _grads(result, args, grad_idx)
     args_after = tuple(
-        None if b is None else _after(a, b) for a, b in zip(args, before)
+        None if b is None else _after(a, b, r) for a, b, r in zip(args, before, requires)
     )
     return Outcome(output=output, devices=devices, args_after=args_after, grads=grads, seconds=seconds)
 
@@ -104,10 +105,11 @@ def _where(tb) -> str | None:
     return where
 
 
-def _after(a: torch.Tensor, before: torch.Tensor) -> Any:
+def _after(a: torch.Tensor, before: torch.Tensor, requires_grad: bool = False) -> Any:
     """The arg after the call, as plain data, plus whether its autograd state changed."""
     data, _ = to_plain(a.detach())
-    return {"value": data, "grad_set": a.grad is not None}
+    return {"value": data, "grad_set": a.grad is not None,
+            "requires_grad_changed": a.requires_grad != requires_grad}
 
 
 def _grads(result: Any, args: tuple, grad_idx: list[int]) -> Any:

@@ -70,6 +70,12 @@ def influence_sum_grad(f, x):
     return torch.stack(rows)
 
 
+def influence_flags_input(f, x):
+    x.requires_grad_(True)  # the caller's x now requires grad
+    jac = torch.autograd.functional.jacobian(f, x)
+    return jac.pow(2).sum(dim=(1, 3)).sqrt()
+
+
 def influence_in_place_grad(f, x):
     x.requires_grad_(True)
     y = f(x)
@@ -404,6 +410,7 @@ BUGS: list[Bug] = [
     Bug("influence_matrix", influence_squared, "squared"),
     Bug("influence_matrix", influence_sum_grad, "summing the outputs"),
     Bug("influence_matrix", influence_in_place_grad, ".grad was set"),
+    Bug("influence_matrix", influence_flags_input, ".requires_grad was changed"),
     Bug("to_additive", additive_zero_times_inf, "zero_times_inf"),
     Bug("to_additive", additive_inverted, "inverted"),
     Bug("to_additive", additive_not_negative, "not negative enough"),
