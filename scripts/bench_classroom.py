@@ -68,6 +68,38 @@ def time_import_torch(repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def _tree_rss(root: int) -> int:
+    """Resident memory (bytes) of a process and all its descendants, from /proc."""
+    parent, rss = {}, {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(d.name)], rss[int(d.name)] = int(fields[1]), int(fields[21])
+    total = 0
+    for pid in rss:
+        p = pid
+        while p > 1 and p != root:
+            p = parent.get(p, 0)
+        if p == root:
+            total += rss[pid]
+    return total * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_memory_one(submission: Path, seed: int) -> float:
+    """Peak memory (MiB) of grading one submission, summed over the grader's processes
+    (the judge and its sandboxed worker): what a Gradescope container must hold."""
+    proc = subprocess.Popen([sys.executable, "-m", "grader", str(submission), "--seed", str(seed), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(0.05)
+    return peak / 2**20
+
+
 def grade(subs: Path, out: Path, jobs: int, seed: int) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "class", str(subs), "--out", str(out), "--jobs",
@@ -96,6 +128,7 @@ def main() -> int:
         for jobs in (1, args.jobs):
             walls[jobs] = grade(subs, root / f"out-jobs{jobs}", jobs, args.seed)
         load1 = os.getloadavg()
+        peak_mib = peak_memory_one(subs / "student00", args.seed) if sys.platform == "linux" else float("nan")
         with open(root / f"out-jobs{args.jobs}" / "grades.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
         statuses = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
@@ -113,6 +146,7 @@ def main() -> int:
         speedup = walls[1] / walls[args.jobs]
         print(f"speed-up jobs={args.jobs} over jobs=1: {speedup:.2f}x (goal >= 1.7x on 2 cores)")
         print(f"per-submission wall time (jobs=1): {per_sub:.2f} s = {per_sub / t_torch:.2f}x import torch")
+        print(f"peak memory grading one submission (all its processes): {peak_mib:.0f} MiB")
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

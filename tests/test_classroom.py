@@ -251,6 +251,12 @@ def test_discovery_names_and_collisions(tmp_path):
         discover(tmp_path / "nope")
 
 
+def test_grades_csv_columns_are_the_contract():
+    import attnmask
+
+    assert classroom.contract_exercises() == attnmask.CONTRACT
+
+
 def test_exercise_of_matches_whole_names():
     names = ("attention", "multi_head_attention", "kv_cache_attention", "causal_mask")
     assert exercise_of("multi_head_attention (ch. 5)", names) == "multi_head_attention"
