@@ -143,7 +143,8 @@ def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     if not hidden:
         return checks
     gen = cases.generator(seed, R.name)
-    B, H, Lq, Lk = 2, cases.integer(gen, 2, 3), cases.integer(gen, 2, 5), cases.integer(gen, 6, 9)
+    # B != Lq != Lk, so that a transposed or mis-broadcast result cannot pass
+    B, H, Lq, Lk = 2, cases.integer(gen, 2, 3), cases.integer(gen, 3, 5), cases.integer(gen, 6, 9)
     s = lambda dtype=F32, scale=1.5: cases.randn(gen, B, H, Lq, Lk, dtype=dtype, scale=scale)  # noqa: E731
     full = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
     keys = lambda: cases.random_mask(gen, B, 1, 1, Lk) | (torch.arange(Lk) == 0)  # noqa: E731
@@ -289,7 +290,8 @@ def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     if not hidden:
         return checks
     gen = cases.generator(seed, R.name)
-    B, H, Lq, Lk = 2, cases.integer(gen, 2, 3), cases.integer(gen, 2, 5), cases.integer(gen, 6, 9)
+    # B != Lq != Lk, so that a transposed or mis-broadcast result cannot pass
+    B, H, Lq, Lk = 2, cases.integer(gen, 2, 3), cases.integer(gen, 3, 5), cases.integer(gen, 6, 9)
     d, dv = cases.integer(gen, 4, 8), cases.integer(gen, 2, 5)
 
     def qkv(dtype=F32, lead=(B, H)):

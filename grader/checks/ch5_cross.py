@@ -199,7 +199,7 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
     if not hidden:
         return checks
     gen = cases.generator(seed, R.name)
-    B, Lq, Lk = 2, cases.integer(gen, 2, 5), cases.integer(gen, 6, 9)
+    B, Lq, Lk = 2, cases.integer(gen, 3, 5), cases.integer(gen, 6, 9)  # B != Lq != Lk
     D, H = 16, [2, 4][cases.integer(gen, 0, 1)]
 
     def call(dtype=F32, mask="full", D=D, H=H):

@@ -138,7 +138,7 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         return checks
     gen = cases.generator(seed, R.name)
     B, H, d = 2, cases.integer(gen, 1, 3), cases.integer(gen, 2, 6)
-    n, T = cases.integer(gen, 2, 4), cases.integer(gen, 3, 7)
+    n, T = cases.integer(gen, 3, 4), cases.integer(gen, 5, 7)  # B != n != T
     return checks + [
         J.values(R, "chunk of new tokens (B=2, n > 1, T > 0)", [Call(qkv(gen, B, H, n, T, d))]),
         Check("step by step equals the full pass", decoding_calls(gen, B, H, 6, d),
