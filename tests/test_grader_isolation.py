@@ -203,7 +203,7 @@ class _Forged:
 
 def test_channel_refuses_objects_and_subclasses(tmp_path):
     path = tmp_path / "forged.pt"
-    path.write_bytes(pickle.dumps([_Forged()]))
+    path.write_bytes(pickle.dumps([_Forged()], protocol=2))
     with pytest.raises(channel.ChannelError):
         channel.receive(str(path))
     torch.save([torch.nn.Parameter(torch.ones(2))], path)
