@@ -386,33 +386,6 @@ def _same(got: torch.Tensor, cand: torch.Tensor, dtype: torch.dtype) -> bool:
     return not bool(bad_entries(got, cand, dtype).any())
 
 
-def rows_all(cond: torch.Tensor) -> torch.Tensor:
-    """bool (..., Lq): the rows where ``cond`` holds for every key."""
-    return cond.all(dim=-1)
-
-
-def fully_masked_rows_mistake(weights: torch.Tensor, mask: torch.Tensor | None) -> str | None:
-    """'nan_rows' or 'uniform_rows' when the only thing wrong with ``weights``
-    (..., Lq, Lk) is what happened on fully masked rows."""
-    if mask is None or weights.dim() < 1 or weights.numel() == 0:
-        return None
-    try:
-        empty = ~torch.broadcast_to(mask, weights.shape).any(dim=-1)  # (..., Lq)
-    except RuntimeError:
-        return None
-    if not bool(empty.any()):
-        return None
-    rows = weights[empty].double()  # (n_empty, Lk)
-    if bool(torch.isnan(rows).all()):
-        return MISTAKES["nan_rows"]
-    if bool(torch.isnan(rows).any()):
-        return MISTAKES["nan_rows"]
-    Lk = weights.shape[-1]
-    if bool(((rows - 1.0 / Lk).abs() < 1e-2).all()):
-        return MISTAKES["uniform_rows"]
-    return None
-
-
 def judged(judge: Callable[..., Verdict]) -> Callable[..., Verdict]:
     """Wrap a judge so that it never raises: a crash becomes a failing verdict
     that says the result could not be judged."""

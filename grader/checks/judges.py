@@ -12,7 +12,7 @@ parent process, on the CPU (in float64 for float inputs).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -52,7 +52,6 @@ class Recipe:
     diagnose: Diagnose | None = None
     #: args whose values must survive the call; default: every tensor arg
     kept: tuple[int, ...] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def out_names(self) -> tuple[str, ...]:
