@@ -179,15 +179,32 @@ def run_limited(argv: Sequence[str], *, timeout: float, log: Path, env: dict[str
     with open(log, "wb") as fh:
         proc = subprocess.Popen(list(argv), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=cwd, start_new_session=True)
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc.pid)
         timed_out = False
         try:
             rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out, rc = True, None
-        _kill_group(proc.pid)
+        finally:
+            _kill_group(proc.pid)
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc.pid)
         if timed_out:
             proc.wait()
     return RunResult(returncode=rc, timed_out=timed_out, seconds=time.perf_counter() - t0)
+
+
+# Process groups being graded: their own sessions do not receive the terminal's Ctrl-C,
+# so an interrupted class run kills them itself.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running() -> None:
+    with _RUNNING_LOCK:
+        for pgid in list(_RUNNING):
+            _kill_group(pgid)
 
 
 def _kill_group(pgid: int) -> None:
@@ -441,9 +458,10 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
     with Progress(TextColumn("[bold]grading[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, disable=not progress or not todo) as bar:
         task = bar.add_task(f"{len(todo)} of {len(students)} students ({jobs} workers)", total=len(todo))
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {pool.submit(grade_student, s, out, seed=seed, timeout=timeout, extra=extra,
-                                   command=command, exercises=exercises): (s, key) for s, key in todo}
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        futures = {pool.submit(grade_student, s, out, seed=seed, timeout=timeout, extra=extra,
+                               command=command, exercises=exercises): (s, key) for s, key in todo}
+        try:
             for fut in as_completed(futures):
                 s, key = futures[fut]
                 try:
@@ -456,6 +474,15 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
                 rows[s.slug] = row
                 manifest.record(row, key)
                 bar.update(task, advance=1, description=f"{s.name}: {row.status}")
+        except BaseException:
+            # Ctrl-C: stop now, not after the running students finish. Finished rows are
+            # in the manifest, so the same command resumes where this run stopped.
+            pool.shutdown(wait=False, cancel_futures=True)
+            kill_running()
+            print(f"\ninterrupted after {len(rows) - (len(students) - len(todo))} of {len(todo)} students; "
+                  f"run the same command again to grade the rest", file=sys.stderr)
+            raise
+        pool.shutdown()
     ordered = [rows[s.slug] for s in students]
     write_csv(ordered, out / "grades.csv", exercises)
     return ordered

@@ -13,6 +13,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -116,6 +117,13 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _read_csv(path: Path) -> dict[str, dict[str, str]]:
@@ -377,3 +385,30 @@ def test_real_engine_on_a_mixed_class(tmp_path, capsys, monkeypatch):
                         extra=["--exercise", "causal_mask", "--timeout", "3"])
     assert all(r.skipped for r in rerun)
     assert (out / "grades.csv").read_text() == before
+
+
+def test_ctrl_c_stops_the_class_at_once_and_a_rerun_resumes(tmp_path, fake):
+    subs = tmp_path / "subs"
+    for name, body in [("alice", "causal_mask=10\n"), ("hank", "HANG\n"), ("hugo", "HANG\n")]:
+        (subs / name).mkdir(parents=True)
+        (subs / name / "ex.py").write_text(body)
+    out = tmp_path / "out"
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import sys\nfrom grader import classroom\n"
+        f"cmd = lambda s, r, seed, e: [sys.executable, {str(tmp_path / 'fake_grader.py')!r}, str(s), str(r), "
+        "str(seed), *e]\n"
+        f"classroom.main([{str(subs)!r}, '--out', {str(out)!r}, '--jobs', '3', '--seed', '1',"
+        f" '--timeout', '300', '--no-progress'], command=cmd, exercises={EXERCISES!r})\n")
+    proc = subprocess.Popen([sys.executable, str(driver)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(fake.pids()) < 2 or "alice" not in _text(out / "manifest.json"):  # both hang, alice done
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)  # not the 300 s the hanging students would take
+    assert proc.returncode != 0 and "run the same command again" in err
+    assert not any(_alive(p) for p in fake.pids())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["students"]) == ["alice"]  # finished rows kept; the others will be regraded
