@@ -314,7 +314,7 @@ def summarize(results: dict[str, Any], exercises: Sequence[str], limit: int = 30
 class Row:
     student: str
     slug: str
-    status: str  # graded | timeout | crashed | empty
+    status: str  # graded | not graded | timeout | crashed | empty
     message: str
     total: float = 0.0
     max: float | None = None
@@ -354,7 +354,10 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     if results is None:
         results_path.write_text(json.dumps(failure_results(message), indent=2))
         return Row(student.name, student.slug, status, message, seconds=res.seconds)
-    return Row(student.name, student.slug, "graded", summarize(results, exercises),
+    # A results file with no test entries means the grader refused to grade (e.g. a bad
+    # option): say so instead of passing it off as a zero.
+    status = "graded" if results.get("tests") else "not graded"
+    return Row(student.name, student.slug, status, summarize(results, exercises),
                total=total_score(results), max=max_score(results), scores=per_exercise(results, exercises),
                seconds=res.seconds)
 

@@ -231,6 +231,16 @@ def test_grader_fingerprint_follows_the_sources(tmp_path, monkeypatch):
     assert classroom.grader_fingerprint() != same
 
 
+def test_a_refusal_by_the_grader_is_not_a_zero(tmp_path):
+    """The real engine, called with an exercise that does not exist, writes a results file
+    that grades nothing: the row says so."""
+    subs = tmp_path / "subs"
+    _ex01(subs / "alice")
+    rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=120, progress=False,
+                       extra=["--exercise", "causal_masks"])
+    assert rows[0].status == "not graded" and "causal_masks" in rows[0].message, rows[0]
+
+
 def test_results_file_is_this_runs_not_a_stale_one(tmp_path, fake):
     subs = tmp_path / "subs"
     (subs / "dave").mkdir(parents=True)
