@@ -267,11 +267,16 @@ def print_terminal(r: Report, console=None) -> None:
     if r.error:
         console.print(Text(f"Not graded: {r.error}", style="bold red"))
     for e in r.exercises:
-        if e.status == PASSED and not e.notes and not e.skipped_checks:
+        if e.status == PASSED and not e.notes:
             continue
         console.print(Text(f"\n{e.name}", style="bold " + _STYLE.get(e.status, "red")))
-        console.print(Text(exercise_text(e, checks=e.status != PASSED or bool(e.skipped_checks)),
-                           style=""), highlight=False)
+        console.print(Text(exercise_text(e, checks=e.status != PASSED)), highlight=False)
+    skipped: dict[str, int] = {}
+    for e in r.exercises:
+        for c in e.skipped_checks:
+            skipped[c.message] = skipped.get(c.message, 0) + 1
+    for why, n in skipped.items():
+        console.print(Text(f"\n– {n} check(s) skipped, not counted: {why}", style="dim"), highlight=False)
     if r.notes:
         console.print(Text("\nnotes", style="bold"))
         for n in r.notes:

@@ -1,0 +1,92 @@
+"""Grader fixture: the classic masking mistakes, one per exercise (two are correct)."""
+
+import math
+
+import torch
+
+
+def causal_mask(n, *, device=None):
+    pos = torch.arange(n, device=device)
+    return pos[None, :] < pos[:, None]  # the diagonal is excluded: a token cannot see itself
+
+
+def influence_matrix(f, x):
+    x0 = x.detach().clone()
+    jac = torch.autograd.functional.jacobian(f, x0)  # (L, d', L, d)
+    return jac.float().pow(2).sum(dim=(1, 3)).sqrt().to(x.dtype)
+
+
+def to_additive(mask, dtype=torch.float32):
+    return (1 - mask.to(dtype)) * float("-inf")  # 0 * -inf is NaN where the mask allows
+
+
+def masked_softmax(scores, mask):
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # NaN on fully masked rows
+
+
+def attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)  # forgot the 1 / sqrt(d) scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def padding_mask(lengths, max_len):
+    return torch.arange(max_len, device=lengths.device)[None, :] <= lengths[:, None]  # off by one
+
+
+def decoder_mask(lengths, max_len):
+    pos = torch.arange(max_len, device=lengths.device)
+    return (pos[None, :] <= pos[:, None])[None, None]  # causal only: padding ignored
+
+
+def encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len):
+    s = torch.arange(src_len, device=src_lengths.device)
+    t = torch.arange(tgt_len, device=tgt_lengths.device)
+    src_keys = (s[None, :] < src_lengths[:, None])[:, None, None, :]
+    tgt_keys = (t[None, :] < tgt_lengths[:, None])[:, None, None, :]
+    causal = t[None, :] <= t[:, None]
+    cross = src_keys & (s[None, :] <= t[:, None])  # the cross mask made causal: hides most of the source
+    return src_keys, causal & tgt_keys, cross
+
+
+def multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    B, Lq, D = x_q.shape
+    Lk = x_kv.shape[1]
+    H, d = n_heads, D // n_heads
+    q = (x_q @ w_q.T).view(B, Lq, H, d).transpose(1, 2)
+    k = (x_kv @ w_k.T).view(B, Lk, H, d).transpose(1, 2)
+    v = (x_kv @ w_v.T).view(B, Lk, H, d).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # scaled by the model width, not the head width
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+    return (weights @ v).transpose(1, 2).reshape(B, Lq, D) @ w_o.T
+
+
+def kv_cache_attention(q, k_new, v_new, k_cache, v_cache):
+    k_all = torch.cat([k_cache, k_new], dim=2)
+    v_all = torch.cat([v_cache, v_new], dim=2)
+    n, total = q.shape[2], k_all.shape[2]
+    mask = torch.ones(n, total, dtype=torch.bool, device=q.device).tril()  # top-left: hides the cache
+    scores = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return weights @ v_all, k_all, v_all
+
+
+def sliding_window_mask(n, window, *, device=None):
+    pos = torch.arange(n, device=device)
+    i, j = pos[:, None], pos[None, :]
+    return (j <= i) & (i - j <= window)  # one key too many
+
+
+def prefix_lm_mask(n, prefix_len, *, device=None):
+    pos = torch.arange(n, device=device)
+    i, j = pos[:, None], pos[None, :]
+    return (j <= i) & (j < prefix_len)  # AND where it should be OR
+
+
+def document_mask(doc_ids):
+    same = doc_ids[:, :, None] == doc_ids[:, None, :]
+    return same[:, None]  # forgot the causal part
