@@ -1,0 +1,147 @@
+"""The in-notebook ``check``: public checks in the student's kernel, same judges,
+deterministic text, never a traceback, never "done" while hidden cases remain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnmask
+from grader import check, check_all
+from grader.notebook import run_public, text
+
+ROOT = Path(__file__).parent.parent
+
+
+def causal_mask(n, *, device=None):
+    pos = torch.arange(n, device=device)
+    return pos[None, :] <= pos[:, None]
+
+
+def _wrong(n, *, device=None):
+    pos = torch.arange(n, device=device)
+    return pos[None, :] >= pos[:, None]  # the wrong triangle
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError("see the task above")
+
+
+def _borrowed(n, *, device=None):
+    return attnmask.causal_mask(n, device=device)
+
+
+def _named(fn, name="causal_mask"):
+    fn.__name__ = name
+    return fn
+
+
+def test_correct_function_passes_but_hidden_cases_remain(capsys):
+    check(causal_mask)
+    out = capsys.readouterr().out
+    assert out.startswith("causal_mask: ") and "public checks pass." in out
+    assert "✓" in out and "✗" not in out
+    assert "The full grader (python -m grader) runs hidden cases as well." in out
+    assert "done" not in out.lower() and "finished" not in out.lower()
+
+
+def test_output_is_deterministic(capsys):
+    check(causal_mask)
+    first = capsys.readouterr().out
+    check(causal_mask)
+    assert capsys.readouterr().out == first
+
+
+def test_mistake_gets_the_graders_feedback(capsys):
+    check(_named(_wrong))
+    out = capsys.readouterr().out
+    assert "✗" in out and "Fix the first failing check" in out
+    result = run_public(_wrong, "causal_mask")
+    assert result.first_failure is not None
+    assert result.first_failure.message in out  # the same words as the full grader
+
+
+def test_stub_says_not_implemented_yet(capsys):
+    check(_named(_stub))
+    out = capsys.readouterr().out.strip()
+    assert out == "causal_mask: not implemented yet (it raises NotImplementedError)."
+
+
+def test_student_errors_never_raise(capsys):
+    def causal_mask(n, *, device=None):
+        return {"not": "a tensor"}[n]
+
+    check(causal_mask)
+    out = capsys.readouterr().out
+    assert "✗" in out and "KeyError" in out
+
+
+def test_borrowing_the_answer_is_named(capsys):
+    check(_named(_borrowed))
+    out = capsys.readouterr().out
+    assert "attnmask is off limits in exercises" in out and "✗" in out
+    assert attnmask.causal_mask(2).shape == (2, 2)  # the namespace is restored afterwards
+
+
+def test_torch_apis_are_restored_after_a_check(capsys):
+    original = F.scaled_dot_product_attention
+
+    def attention(q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
+
+    check(attention)
+    assert "scaled_dot_product_attention is off limits" in capsys.readouterr().out
+    assert F.scaled_dot_product_attention is original
+
+
+def test_random_state_is_left_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_public(causal_mask)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_check_by_name_and_bad_targets(capsys):
+    check("causal_mask")
+    assert "public checks pass" in capsys.readouterr().out
+    check("padding_mask")
+    assert "padding_mask is not defined yet" in capsys.readouterr().out
+    check("no_such_thing")
+    assert "no such exercise" in capsys.readouterr().out
+    check(lambda n: n)
+    assert "check() needs one of the exercise functions" in capsys.readouterr().out
+
+
+def test_check_all_lists_every_exercise(capsys):
+    check_all({"causal_mask": causal_mask, "padding_mask": _stub})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("✓ causal_mask:")
+    assert any(line.startswith("✗ padding_mask:") and "not implemented yet" in line for line in out)
+    assert any("decoder_mask: not defined here" in line for line in out)
+    assert "hidden cases" in out[-1]
+
+
+def test_text_of_a_passing_result():
+    result = run_public(causal_mask)
+    lines = text(result).splitlines()
+    assert lines[0] == f"causal_mask: {len(result.checks)} of {len(result.checks)} public checks pass."
+    assert all(line.startswith("✓") for line in lines[1:-1])
+
+
+@pytest.mark.slow
+def test_check_in_a_real_exercise_notebook():
+    """The generated exercise notebook, run in a kernel: its check cells say "not implemented yet"."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "exercises" / "ex01_leakage.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(ROOT / "exercises")}}).execute()
+    outputs = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code" and "check(" in c.source
+               for o in c.get("outputs", []) if o.get("output_type") == "stream"]
+    assert outputs and all("not implemented yet" in o for o in outputs)
+    assert not any("Traceback" in o for o in outputs)
