@@ -229,7 +229,8 @@ def pair_judge(recipe: J.Recipe, rows, what: str, only: tuple[int, ...] | None =
                 x0, y0 = torch.where(sel, x.double(), 0.0), torch.where(sel, y.double(), 0.0)
                 if not dg.close(y0, x0, dtype):
                     return dg.fail(what, "the same call with those positions changed gave a different "
-                                   f"{out.name}:\n" + dg.number_detail(y0, x0, dtype, out.name, inputs))
+                                   f"{out.name} (got: after the change, expected: before it):\n"
+                                   + dg.number_detail(y0, x0, dtype, out.name, inputs))
         return dg.PASS
 
     return dg.judged(judge)
