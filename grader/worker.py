@@ -175,20 +175,6 @@ def _defer_dynamo() -> None:
         sys.modules["torch._dynamo"] = _DeferredDynamo("torch._dynamo")
 
 
-def _uses_meta(job: Job) -> bool:
-    def meta(x) -> bool:
-        if isinstance(x, str):
-            return x == "meta"
-        if isinstance(x, tuple | list):
-            return any(meta(v) for v in x)
-        if isinstance(x, dict):
-            return any(meta(v) for v in x.values())
-        return False
-
-    return any(meta(call.device) or meta(call.args) or meta(call.kwargs)
-               for _, _, checks in job.exercises for check in checks for call in check.calls)
-
-
 def _warm_up_meta() -> None:
     """torch's meta kernels import a lot on first use: pay that before any exercise's clock starts."""
     x = torch.arange(2, device="meta")
@@ -257,6 +243,8 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
 def main() -> None:
     status = _Status(int(sys.argv[1]))
     _defer_dynamo()
+    # The parent is still building the checks: use the time (and keep it off the exercises' clocks).
+    _warm_up_meta()
     job: Job = pickle.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -281,8 +269,6 @@ def main() -> None:
     channel.send({"found": {n: where for n, (_, where) in found.items()}, "errors": loaded.errors},
                  os.path.join(job.out_dir, "loaded.pt"))
     status.send("loaded")
-    if _uses_meta(job):
-        _warm_up_meta()
     for ei, name, checks in job.exercises:
         if name in found:
             _run_exercise(ei, name, found[name][0], checks, job, status)
