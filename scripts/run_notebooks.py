@@ -21,7 +21,7 @@ def run(path: Path, timeout: int = 600) -> float:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     t0 = time.perf_counter()
     NotebookClient(
-        nb, timeout=timeout, kernel_name="python3",
+        nb, timeout=timeout, kernel_name="python3", record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     nbformat.write(nb, path)
