@@ -92,8 +92,9 @@ class Worker:
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
         # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
+        flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-P", "-m", "grader.worker", str(write_fd)],
+            [sys.executable, *flags, "-m", "grader.worker", str(write_fd)],
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
             cwd=self.work, env=worker_env(self.work), start_new_session=True,
             pass_fds=(write_fd,), close_fds=True,
