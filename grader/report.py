@@ -121,6 +121,8 @@ def gradescope(r: Report) -> dict[str, Any]:
         "score": r.score,
         "max_score": r.max_score,
         "output": header_text(r),
+        "output_format": "text",
+        "test_output_format": "text",
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "execution_time": round(r.execution_time, 2),

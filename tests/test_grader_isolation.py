@@ -264,3 +264,14 @@ def test_worker_environment_is_scrubbed(monkeypatch, tmp_path):
 def test_not_found_exercises_say_so(hostile):
     _, results, _ = hostile
     assert NOT_FOUND not in results["extra_data"]["status"].values()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the worker's CUDA path is untested here")
+def test_cuda_checks_run_in_the_worker():
+    """On a GPU machine the CUDA checks run (no address-space limit to break CUDA) and count."""
+    report = engine.grade(SUBMISSIONS / "correct.py", exercises=["causal_mask", "attention"])
+    for e in report.exercises:
+        cuda = [c for c in e.checks if "CUDA" in c.name]
+        assert cuda and all(c.passed and not c.skipped for c in cuda), (e.name, [c.message for c in cuda])
+        assert e.status == PASSED
