@@ -267,7 +267,7 @@ def test_not_found_exercises_say_so(hostile):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the worker's CUDA path is untested here")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the worker's CUDA path)")
 def test_cuda_checks_run_in_the_worker():
     """On a GPU machine the CUDA checks run (no address-space limit to break CUDA) and count."""
     report = engine.grade(SUBMISSIONS / "correct.py", exercises=["causal_mask", "attention"])
