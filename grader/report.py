@@ -233,14 +233,14 @@ def markdown(r: Report) -> str:
 
 
 def write_markdown(r: Report, path: str | os.PathLike) -> None:
-    """Appends when the file exists (a CI summary file collects several steps)."""
+    """Writes ``path``; appends when it is $GITHUB_STEP_SUMMARY (which collects every step's summary)."""
     path = os.fspath(path)
-    mode = "a" if os.path.exists(path) and path.endswith("STEP_SUMMARY") else "w"
-    if mode == "w":
-        _write(path, markdown(r))
-    else:
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and os.path.abspath(path) == os.path.abspath(summary):
         with open(path, "a", encoding="utf-8") as f:
             f.write(markdown(r))
+    else:
+        _write(path, markdown(r))
 
 
 # --------------------------------------------------------------------------- terminal
