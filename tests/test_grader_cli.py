@@ -79,3 +79,16 @@ def test_help_lists_the_options():
     assert p.returncode == 0
     for option in ("--json", "--junit", "--markdown", "--seed", "--exercise", "--public-only"):
         assert option in p.stdout
+
+
+def test_broken_grader_exits_1_with_results_file(tmp_path, monkeypatch):
+    from grader import cli
+
+    def broken():
+        raise SyntaxError("invalid syntax in a check module")
+
+    monkeypatch.setattr(engine, "load_registry", broken)
+    code = cli.main([str(SUBMISSIONS / "correct.py"), "--json", str(tmp_path / "r.json"), "--quiet"])
+    assert code == cli.INTERNAL_ERROR
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert "internal grader error" in data["output"] and "SyntaxError" in data["output"]

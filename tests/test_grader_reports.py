@@ -204,3 +204,15 @@ def test_usage_failure_file_is_valid(tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
     assert data["output"] == "bad flag"
+
+
+def test_markdown_appends_to_the_step_summary_only(tmp_path, monkeypatch):
+    summary = tmp_path / "step_summary"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    report.write_markdown(_report(), summary)
+    assert summary.read_text().startswith("earlier step\n## Grader: 5 / 15")
+    other = tmp_path / "summary.md"
+    other.write_text("old\n")
+    report.write_markdown(_report(), other)
+    assert other.read_text().startswith("## Grader: 5 / 15")
