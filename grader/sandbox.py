@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import select
 import signal
 import subprocess
@@ -133,6 +134,14 @@ class Worker:
         *done, self._buf = self._buf.split(b"\n")
         return [line.decode("ascii", "replace") for line in done]
 
+    def crash_site(self) -> str | None:
+        try:
+            with open(self.dir / "stderr.txt", "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 16384))
+                return crash_site_in(f.read().decode("utf-8", "replace"))
+        except OSError:
+            return None
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
@@ -175,9 +184,24 @@ class Worker:
                 sig = signal.Signals(-rc)
             except ValueError:
                 return f"was stopped by signal {-rc}"
-            return _SIGNALS.get(sig, f"was stopped by {sig.name}")
+            where = self.crash_site()
+            return _SIGNALS.get(sig, f"was stopped by {sig.name}") + (f", at {where}" if where else "")
         return (f"ended the grading process (exit code {rc}): does it call os._exit() or "
                 "kill its own process?")
+
+
+_DUMP = re.compile(r"Fatal Python error.*?(\nExtension modules:[^\n]*|\Z)", re.S)
+_FRAME = re.compile(r'^\s*File "<(.+?)>", line (\d+)')
+
+
+def crash_site_in(text: str) -> str | None:
+    """The student's innermost line in a faulthandler dump ("most recent call first")."""
+    dump = text[text.rfind("Fatal Python error"):] if "Fatal Python error" in text else ""
+    for line in dump.splitlines():
+        m = _FRAME.match(line)
+        if m and not m.group(1).startswith("frozen"):
+            return f"line {m.group(2)} of {m.group(1)}"
+    return None
 
 
 def _session_members(sid: int) -> list[int]:
@@ -210,7 +234,8 @@ def output_tail(tmp: Path, keep: int = TAIL_CHARS, width: int = 200) -> str:
                     data += f.read()
         except OSError:
             continue
-        text = data.decode("utf-8", "replace")
+        # The crash dump names grader internals; the crash message already gives the student's line.
+        text = _DUMP.sub("[a crash dump, left out]", data.decode("utf-8", "replace"))
         if not text.strip():
             continue
         if size > 2 * keep:

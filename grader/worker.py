@@ -18,6 +18,7 @@ charges that exercise only, and starts a fresh worker for the rest.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import os
 import pickle
@@ -83,8 +84,7 @@ class _Capped:
         self.fd, self.used, self.dropped = fd, 0, 0
 
     def write(self, s) -> int:
-        text = str(s)
-        data = text.encode("utf-8", "replace")
+        data = bytes(s) if isinstance(s, bytes | bytearray) else str(s).encode("utf-8", "replace")
         room = PRINT_CAP - self.used
         if room > 0:
             try:
@@ -93,7 +93,7 @@ class _Capped:
                 pass
             self.used += min(room, len(data))
         self.dropped += max(0, len(data) - max(room, 0))
-        return len(text)
+        return len(s)
 
     def writelines(self, lines) -> None:
         for line in lines:
@@ -101,6 +101,10 @@ class _Capped:
 
     def flush(self) -> None:
         pass
+
+    @property
+    def buffer(self) -> _Capped:
+        return self  # code that writes bytes to sys.stdout.buffer gets the same cap
 
     def fileno(self) -> int:
         return self.fd
@@ -252,6 +256,8 @@ def main() -> None:
     status.send("ready")
 
     _set_limits(job)
+    # A crash in C (a segfault) prints the Python stack to stderr: the parent reads the student's line there.
+    faulthandler.enable(file=sys.__stderr__, all_threads=False)
     rules.block_imports()
     _neutralise_notebook_check()
     forbid = rules.forbid_torch_apis()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -71,6 +72,8 @@ def test_segfault_is_a_crash_of_that_exercise_only(hostile):
     _, results, tests = hostile
     assert results["extra_data"]["status"]["attention"] == CRASHED
     assert "segmentation fault" in tests["attention"]["output"]
+    assert re.search(r"at line \d+ of hostile.py", tests["attention"]["output"])  # from the crash dump
+    assert "Fatal Python error" not in results["output"]
 
 
 def test_sys_exit_and_keyboard_interrupt_fail_their_checks(hostile):
