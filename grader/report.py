@@ -269,8 +269,8 @@ def print_terminal(r: Report, console=None) -> None:
     if r.error:
         console.print(Text(f"Not graded: {r.error}", style="bold red"))
     for e in r.exercises:
-        if e.status == PASSED and not e.notes:
-            continue
+        if (e.status == PASSED or e.status in _NOTHING_RAN) and not e.notes:
+            continue  # the table said it all
         console.print(Text(f"\n{e.name}", style="bold " + _STYLE.get(e.status, "red")))
         console.print(Text(exercise_text(e, checks=e.status != PASSED)), highlight=False)
     skipped: dict[str, int] = {}
