@@ -21,6 +21,7 @@ from .masks import (
     to_additive,
 )
 from .mha import MultiHeadAttention, multi_head_attention
+from .models import ModelConfig, TinyDecoder, TinyEncoderDecoder, train_steps
 from .predicates import (
     and_masks,
     block_mask,
@@ -56,7 +57,10 @@ CONTRACT = (
 __all__ = [
     "CONTRACT",
     "KVCache",
+    "ModelConfig",
     "MultiHeadAttention",
+    "TinyDecoder",
+    "TinyEncoderDecoder",
     "and_masks",
     "attention",
     "block_mask",
@@ -81,4 +85,5 @@ __all__ = [
     "sliding_window",
     "sliding_window_mask",
     "to_additive",
+    "train_steps",
 ]
