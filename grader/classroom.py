@@ -26,6 +26,7 @@ import csv
 import hashlib
 import json
 import os
+import queue
 import random
 import re
 import shutil
@@ -171,9 +172,10 @@ class RunResult:
 
 
 def run_limited(argv: Sequence[str], *, timeout: float, log: Path, env: dict[str, str] | None = None,
-                cwd: Path | None = None) -> RunResult:
+                cwd: Path | None = None, cpus: set[int] | None = None) -> RunResult:
     """Run ``argv`` in its own process group with stdout+stderr to ``log``; kill the whole
-    group when it runs past ``timeout`` seconds, and after it exits (stray children)."""
+    group when it runs past ``timeout`` seconds, and after it exits (stray children).
+    ``cpus``: the cores it (and every process it starts) may run on (Linux)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(log, "wb") as fh:
@@ -181,6 +183,13 @@ def run_limited(argv: Sequence[str], *, timeout: float, log: Path, env: dict[str
                                 env=env, cwd=cwd, start_new_session=True)
         with _RUNNING_LOCK:
             _RUNNING.add(proc.pid)
+        if cpus and hasattr(os, "sched_setaffinity"):
+            # Set before the grader starts its own worker (it is still importing Python by
+            # then), so the worker inherits it: the whole grading stays on these cores.
+            try:
+                os.sched_setaffinity(proc.pid, cpus)
+            except OSError:
+                pass
         timed_out = False
         try:
             rc: int | None = proc.wait(timeout=timeout)
@@ -324,8 +333,9 @@ class Row:
 
 
 def grade_student(student: Student, out: Path, *, seed: int, timeout: float, extra: Sequence[str],
-                  command: GraderCommand, exercises: Sequence[str]) -> Row:
-    """Grade one student in a killable process group; always leaves a results.json."""
+                  command: GraderCommand, exercises: Sequence[str], cores: queue.Queue | None = None) -> Row:
+    """Grade one student in a killable process group; always leaves a results.json.
+    ``cores``: free core ids; the grading takes one for itself while it runs."""
     folder = out / student.slug
     folder.mkdir(parents=True, exist_ok=True)
     results_path, log = folder / "results.json", folder / "grader.log"
@@ -340,8 +350,13 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     # The grader class mode itself runs, whatever the working directory holds.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
     # cwd: the student's own output folder, so stray files land there.
-    res = run_limited(command(target.resolve(), results_path.resolve(), seed, extra), timeout=timeout,
-                      log=log, env=env, cwd=folder)
+    core = cores.get() if cores is not None else None
+    try:
+        res = run_limited(command(target.resolve(), results_path.resolve(), seed, extra), timeout=timeout,
+                          log=log, env=env, cwd=folder, cpus=None if core is None else {core})
+    finally:
+        if core is not None:
+            cores.put(core)
     results = None if res.timed_out else read_results(results_path)
     if res.timed_out:
         status = "timeout"
@@ -430,8 +445,15 @@ def contract_exercises() -> tuple[str, ...]:
 
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,
                 regrade: bool = False, extra: Sequence[str] = (), command: GraderCommand = engine_command,
-                exercises: Sequence[str] | None = None, progress: bool = True) -> list[Row]:
-    """Grade every student of ``submissions`` into ``out``; returns one row per student."""
+                exercises: Sequence[str] | None = None, progress: bool = True,
+                pin: bool = False) -> list[Row]:
+    """Grade every student of ``submissions`` into ``out``; returns one row per student.
+
+    With ``pin`` (and no more jobs than cores) each grading runs on a core of its own, so
+    ``--jobs N`` uses exactly N cores and leaves the rest of a shared machine alone. Not the
+    default: one grading overlaps its sandbox's start-up with its own on a second core, and
+    letting the OS schedule that freely grades a class faster (scripts/bench_classroom.py).
+    """
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
     out.mkdir(parents=True, exist_ok=True)
     students, ignored = discover(submissions, out)
@@ -461,9 +483,10 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
     with Progress(TextColumn("[bold]grading[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, disable=not progress or not todo) as bar:
         task = bar.add_task(f"{len(todo)} of {len(students)} students ({jobs} workers)", total=len(todo))
+        cores = _core_pool(jobs) if pin else None
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-        futures = {pool.submit(grade_student, s, out, seed=seed, timeout=timeout, extra=extra,
-                               command=command, exercises=exercises): (s, key) for s, key in todo}
+        job = dict(seed=seed, timeout=timeout, extra=extra, command=command, exercises=exercises, cores=cores)
+        futures = {pool.submit(grade_student, s, out, **job): (s, key) for s, key in todo}
         try:
             for fut in as_completed(futures):
                 s, key = futures[fut]
@@ -489,6 +512,19 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
     ordered = [rows[s.slug] for s in students]
     write_csv(ordered, out / "grades.csv", exercises)
     return ordered
+
+
+def _core_pool(jobs: int) -> queue.Queue | None:
+    """A queue of ``jobs`` distinct core ids, or None where pinning is not possible."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    available = sorted(os.sched_getaffinity(0))
+    if jobs > len(available):  # oversubscription was asked for: let the OS share the cores
+        return None
+    q: queue.Queue = queue.Queue()
+    for c in available[:jobs]:
+        q.put(c)
+    return q
 
 
 def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: int) -> None:
@@ -561,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exercise", action="append", default=[], metavar="NAME",
                    help="grade only this exercise (repeatable); passed to the grader")
     p.add_argument("--public-only", action="store_true", help="run only the public checks")
+    p.add_argument("--pin", action="store_true",
+                   help="give each grading one core of its own, so --jobs N uses exactly N cores "
+                        "(on a shared machine); a little slower when all cores are free")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -586,7 +625,7 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     t0 = time.perf_counter()
     rows = grade_class(args.submissions, out, jobs=args.jobs, seed=seed, timeout=args.timeout,
                        regrade=args.regrade, extra=extra, command=command, exercises=exercises,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, pin=args.pin)
     print_summary(rows, seed=seed, out=out, wall=time.perf_counter() - t0, jobs=args.jobs)
     return 0
 

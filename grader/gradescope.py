@@ -130,7 +130,7 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
                                       f"holds: {names}). Upload your exercise notebooks, e.g. "
                                       f"ex01_leakage.ipynb.")
         else:
-            private = Path(tmp) / "results.json"  # the engine writes here, out of the student's reach
+            private = Path(tmp) / "results.json"  # the engine writes here; only this process writes results/
             argv = [python, "-m", "grader", str(target), "--json", str(private), "--seed", str(seed)]
             log = Path(tmp) / "grader.log"
             res = run_limited(argv, timeout=timeout, log=log, env=single_thread_env(), cwd=Path(tmp))

@@ -37,7 +37,7 @@ from pathlib import Path
 sub, out, seed, extra = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 with open(os.environ["FAKE_CALLS"], "a") as fh:
     fh.write(json.dumps({"sub": sub.name if sub.name != "exercises" else sub.parent.name,
-                         "seed": seed, "extra": extra}) + "\n")
+                         "seed": seed, "extra": extra, "cpus": sorted(os.sched_getaffinity(0))}) + "\n")
 files = [sub] if sub.is_file() else sorted(p for p in sub.rglob("*") if p.is_file())
 text = "\n".join(p.read_text(errors="replace") for p in files)
 names = ["causal_mask", "attention", "multi_head_attention"]
@@ -239,6 +239,22 @@ def test_a_refusal_by_the_grader_is_not_a_zero(tmp_path):
     rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=120, progress=False,
                        extra=["--exercise", "causal_masks"])
     assert rows[0].status == "not graded" and "causal_masks" in rows[0].message, rows[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux CPU affinity and two cores")
+def test_pin_gives_each_grading_a_core_of_its_own(tmp_path, fake):
+    subs = tmp_path / "subs"
+    for i in range(4):
+        (subs / f"s{i}").mkdir(parents=True)
+        (subs / f"s{i}" / "ex.py").write_text("causal_mask=10\n")
+    grade_class(subs, tmp_path / "free", jobs=2, seed=0, command=fake, exercises=EXERCISES, progress=False)
+    assert all(c["cpus"] == sorted(os.sched_getaffinity(0)) for c in fake.calls())
+    grade_class(subs, tmp_path / "pinned", jobs=2, seed=0, command=fake, exercises=EXERCISES, progress=False,
+                pin=True)
+    pinned = fake.calls()[4:]
+    assert len(pinned) == 4 and all(len(c["cpus"]) == 1 for c in pinned)
+    assert {c["cpus"][0] for c in pinned} <= set(os.sched_getaffinity(0))
 
 
 def test_results_file_is_this_runs_not_a_stale_one(tmp_path, fake):
