@@ -9,6 +9,15 @@ The parent process never imports student code. It starts a worker at once
 (the worker imports torch while we import ours and build the checks), sends it
 the cells and the calls, and judges each check's outcomes as they arrive with
 the checks' own judges, which compute the reference with ``attnmask``.
+
+Student code cannot change a grade by editing files: as root, the worker runs
+as an unprivileged user (:mod:`grader.sandbox`), and in any case the grader's
+files are checked after every exercise and at the end, and restored
+(:mod:`grader.integrity`). A submission that changed them scores 0 on every
+exercise, and the report names what changed and asks the student to see the
+instructor. (Every exercise, not just those after the change: when the parent
+notices a change depends on how far its judging lags behind the worker, so any
+finer rule would give different scores on different runs.)
 """
 
 from __future__ import annotations
@@ -22,22 +31,26 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import rules, submission
+from . import integrity, rules, submission
 from .results import (
     CRASHED,
     GRADER_ERROR,
     NOT_FOUND,
     NOT_IMPLEMENTED,
     NOT_IMPLEMENTED_MESSAGE,
+    SKIPPED,
     TIMED_OUT,
     CheckResult,
     ExerciseResult,
     Report,
 )
-from .sandbox import TIME_LIMIT, Limits, Worker
+from .sandbox import TIME_LIMIT, Limits, User, Worker, claim_user, note
 
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT = 10.0
+VOID_CHECK = "not counted: the submission modified the grader's files"
+TAMPERED = ("not counted: the submission modified the grader's files (see the notes); a submission that "
+            "does scores 0 on every exercise -- ask your instructor")
 
 
 def load_registry() -> Mapping[str, Any]:
@@ -189,17 +202,56 @@ class _Grading:
     """The sandbox's handler: turns worker events into verdicts."""
 
     def __init__(self, states: list[_Exercise], src: submission.Source, limits: Limits, report: Report,
-                 progress: Callable[[ExerciseResult, int], None] | None):
+                 progress: Callable[[ExerciseResult, int], None] | None,
+                 guard: integrity.Guard | None = None, user: User | None = None):
         self.states, self.src, self.limits, self.report = states, src, limits, report
         self.progress = progress
         self.found: set[int] | None = None
         self.loaded_ok = False  # the submission's cells ran to the end
+        self.guard, self.user = guard, user
+        self.tampered: list[integrity.Change] = []  # what the submission changed (and we restored)
+        self.voided: set[int] = set()  # exercises scored 0 for it
+        self.foreign: list[integrity.Change] = []  # changed during grading, by someone else
+
+    def verify(self) -> None:
+        """Check the grader's files now; restore what the submission changed."""
+        if self.guard is None:
+            return
+        restored, foreign = self.guard.verify(self.user.writer if self.user else None)
+        self.tampered += [c for c in restored if c not in self.tampered]
+        self.foreign += [c for c in foreign if c not in self.foreign]
 
     def _emit(self, st: _Exercise) -> None:
         if not st.final:
+            self.verify()
             st.finish()
+            if self.tampered:
+                self._void(st)
             if self.progress:
                 self.progress(st.result, len(self.states))
+
+    def _void(self, st: _Exercise) -> None:
+        r = st.result
+        if st.index in self.voided or r.status in (NOT_FOUND, GRADER_ERROR, SKIPPED):
+            return
+        self.voided.add(st.index)
+        for c in r.checks:
+            if not c.skipped:
+                c.passed, c.message, c.detail = False, VOID_CHECK, ""
+        r.finish()
+        r.message = TAMPERED
+
+    def settle(self) -> str | None:
+        """The last check, once nothing of the submission's runs any more; a note for the report."""
+        self.verify()
+        if not self.tampered:
+            return None
+        for st in self.states:
+            if st.final:
+                self._void(st)
+        shown = ", ".join(map(str, self.tampered[:4])) + (", ..." if len(self.tampered) > 4 else "")
+        return (f"the submission modified the grader's files ({shown}); they were restored, and a submission "
+                "that modifies them scores 0 on every exercise -- ask your instructor")
 
     def loaded(self, data: Any) -> None:
         if not isinstance(data, dict) or not isinstance(data.get("found"), dict):
@@ -320,8 +372,12 @@ def grade(
     except submission.SubmissionError as e:
         src, report.error, report.usage_error = None, str(e), True
     tmp = Path(tempfile.mkdtemp(prefix="grader-"))
+    guard = user = grading = None
+    if src is not None and src.runnable:
+        guard = integrity.Guard.for_grader()  # before any student code runs
+        user = claim_user()
     # Start the worker before our own heavy imports: it imports torch meanwhile.
-    worker = Worker(tmp) if src is not None and src.runnable else None
+    worker = Worker(tmp, user=user) if src is not None and src.runnable else None
     try:
         try:
             registry = load_registry() if registry is None else registry
@@ -341,12 +397,15 @@ def grade(
             return report
         _note_source_problems(src, report)
         _scan_rules(src, states)
-        grading = _Grading(states, src, limits, report, progress)
+        grading = _Grading(states, src, limits, report, progress, guard, user)
         if worker is None:
             grading.loaded({"found": {}, "errors": []})
         else:
-            _run(src, states, limits, grading, tmp, worker)
+            _run(src, states, limits, grading, tmp, worker, user)
             worker = None
+            if user is not None:
+                user.release()  # nothing of the submission's may still be running when we check
+                user = None
         for st in states:
             grading._emit(st)
         if grading.loaded_ok and not grading.found and src.cells:
@@ -357,8 +416,24 @@ def grade(
     finally:
         if worker is not None:
             worker.stop()
+        if user is not None:
+            user.release()
+        if grading is None and guard is not None:
+            grading = _Grading([], src, limits, report, None, guard)
+        if grading is not None:
+            _settle(grading, report)
         shutil.rmtree(tmp, ignore_errors=True)
         report.execution_time = time.perf_counter() - t0
+
+
+def _settle(grading: _Grading, report: Report) -> None:
+    """The last check of the grader's files, once nothing of the submission's runs any more."""
+    tampered = grading.settle()
+    if tampered:
+        report.notes.append(tampered)
+    if grading.foreign:
+        note("the grader's files changed during grading, but not by the submission (it could not write "
+             f"them): {', '.join(map(str, grading.foreign))}; left as they are")
 
 
 def _note_source_problems(src: submission.Source, report: Report) -> None:
@@ -381,7 +456,7 @@ def _scan_rules(src: submission.Source, states: list[_Exercise]) -> None:
                 st.findings.append(finding)
 
 
-def _run(src, states, limits, grading, tmp, worker) -> None:
+def _run(src, states, limits, grading, tmp, worker, user) -> None:
     from . import sandbox
     from .worker import CheckJob, Job
 
@@ -397,7 +472,7 @@ def _run(src, states, limits, grading, tmp, worker) -> None:
                    helpers=src.helpers)
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
-    sandbox.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker,
+    sandbox.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker, user=user,
                 cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
 
 

@@ -8,6 +8,17 @@ exercise ``timeout`` plus a grace period (the worker stops a slow exercise
 itself; the grace is for code that ignores that). Whenever a worker ends, its
 whole session is killed, so stray children cannot outlive grading.
 
+When the grader runs as root (CI containers, Gradescope), a grading's workers
+run as an unprivileged user of their own (:func:`claim_user`: a uid no account
+has, held for the grading, and every process left running as it is killed at
+the end), so student code cannot write the grader's files, site-packages or
+another student's worker. If Python itself is not readable by such a user
+(installed under /root), the worker keeps just CAP_DAC_READ_SEARCH (read
+anything, write nothing more); if that is not available either, the worker runs
+as root and says so once on stderr. ``GRADER_NO_PRIVDROP=1`` turns this off for
+debugging. Either way :mod:`grader.integrity` checks the grader's files after
+every exercise.
+
 :func:`run` drives as many workers as needed: when one dies or is killed in the
 middle of an exercise, that exercise is charged and a fresh worker grades the
 rest.
@@ -20,8 +31,11 @@ import pickle
 import re
 import select
 import signal
+import socket
+import stat
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable
@@ -69,6 +83,7 @@ class Limits:
 def worker_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED}
     env.update(
+        HOME=str(tmp),  # a student's ~/.config, ~/.local, ~/.cache stay in the sandbox
         PYTHONHASHSEED="0",  # sets iterate the same way on every run: same results file
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
@@ -80,22 +95,212 @@ def worker_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+# --------------------------------------------------------------------------- the worker's user
+
+#: Set (to anything but 0) to run workers as the grader's own user even when it is root: for debugging.
+NO_PRIVDROP_ENV = "GRADER_NO_PRIVDROP"
+#: uids for workers when the grader is root, one per grading, none of them an account's: the gap systemd
+#: leaves between systemd-homed's users (60001-60513) and DynamicUser= (61184-65519).
+SANDBOX_UIDS = range(60600, 61100)
+_CAP_DAC_READ_SEARCH = 2
+_notes: set[str] = set()
+_mode: list[bool | None] = []  # decided once per process: None (no switch), or whether to keep the cap
+
+
+def note(text: str) -> None:
+    """Tell whoever runs the grader (stderr, once per process), not the student."""
+    if text not in _notes:
+        _notes.add(text)
+        print(f"grader: note: {text}", file=sys.stderr)
+
+
+@dataclass
+class User:
+    """The unprivileged user a grading's workers run as; its uid is this grading's alone."""
+
+    uid: int
+    keep_read: bool  # keep CAP_DAC_READ_SEARCH: Python's own files are not readable by an ordinary user
+    lock: socket.socket  # an abstract socket named after the uid: held while grading, freed if we die
+    dropped: bool = True  # every worker so far said it switched
+
+    @property
+    def gid(self) -> int:
+        return self.uid
+
+    @property
+    def arg(self) -> str:
+        return f"{self.uid}:{self.gid}:{int(self.keep_read)}"
+
+    @property
+    def writer(self) -> tuple[int, int] | None:
+        """Who student code ran as, for :meth:`grader.integrity.Guard.verify` (None: as us)."""
+        return (self.uid, self.gid) if self.dropped else None
+
+    def release(self) -> None:
+        """Kill whatever still runs as our uid (double-forked children included), free the uid."""
+        kill_uid(self.uid)
+        self.lock.close()
+
+
+def claim_user() -> User | None:
+    """A user for this grading's workers, or None: they run as the grader (not root, or not possible)."""
+    if not _mode:
+        _mode.append(_decide_mode())
+    if _mode[0] is None:
+        return None
+    import grp
+    import pwd
+
+    start = os.getpid() % len(SANDBOX_UIDS)
+    for k in range(len(SANDBOX_UIDS)):
+        uid = SANDBOX_UIDS[(start + k) % len(SANDBOX_UIDS)]
+        try:
+            pwd.getpwuid(uid)
+            continue  # an account: its files would be the student's to write
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(uid)
+            continue
+        except KeyError:
+            pass
+        lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            lock.bind(f"\0grader-worker-uid-{uid}")
+        except OSError:
+            lock.close()
+            continue  # another grading holds it
+        kill_uid(uid)  # left behind by a grading that was killed before it could clean up
+        return User(uid, _mode[0], lock)
+    note(f"all of the worker uids {SANDBOX_UIDS.start}-{SANDBOX_UIDS.stop - 1} are in use: student code runs "
+         "as root this time, and only the integrity check protects the grader's files")
+    return None
+
+
+def _decide_mode() -> bool | None:
+    if os.environ.get(NO_PRIVDROP_ENV, "") not in ("", "0"):
+        return None
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return None  # not root: the worker cannot be anyone less than us
+    blocked = unreachable(SANDBOX_UIDS.start, SANDBOX_UIDS.start)
+    if not blocked:
+        return False
+    if _has_capability(_CAP_DAC_READ_SEARCH):
+        return True
+    note(f"student code runs as root: an unprivileged user could not read {blocked[0]} to run Python, "
+         "and CAP_DAC_READ_SEARCH is not available; only the integrity check protects the grader's files")
+    return None
+
+
+def _permits(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:
+    """Whether ``uid``/``gid`` (no other groups) have all of ``bits`` (4 r, 2 w, 1 x) on ``st``."""
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+    return (st.st_mode >> shift) & bits == bits
+
+
+def unreachable(uid: int, gid: int, paths: list[tuple[Path, int]] | None = None) -> list[str]:
+    """What a worker needs (Python, the standard library, site-packages, torch, the grader) that
+    ``uid`` could not read, as "PATH (why)"; ``paths`` replaces the list, as (path, bits) pairs."""
+    if paths is None:
+        import importlib.util
+
+        paths = [(Path(sys.executable), 5), (Path(os.path.realpath(sys.executable)), 5),
+                 (Path(os.__file__), 4), (Path(__file__), 4), (Path(__file__).with_name("worker.py"), 4)]
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            paths.append((Path(sysconfig.get_path(key)), 5))
+        paths.append((Path(sysconfig.get_path("platstdlib")) / "lib-dynload", 5))
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.origin:
+            paths += [(Path(spec.origin), 4), (Path(spec.origin).parent / "lib", 5)]
+        paths += [(Path(p), 5) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    blocked = []
+    for path, bits in paths:
+        path = Path(os.path.abspath(path))
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # not there: not needed
+        for folder in reversed(path.parents):
+            if not _permits(os.stat(folder), uid, gid, 1):
+                blocked.append(f"{path} (cannot enter {folder})")
+                break
+        else:
+            if not _permits(st, uid, gid, bits):
+                blocked.append(f"{path} (mode {stat.filemode(st.st_mode)})")
+    return blocked
+
+
+def _has_capability(cap: int) -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return all(int(fields[k].strip(), 16) >> cap & 1 for k in ("CapEff", "CapBnd"))
+    except (OSError, KeyError, ValueError):
+        return False
+
+
+def _processes_of(uid: int) -> list[int]:
+    """Live processes with ``uid`` as their real, effective, saved or filesystem uid."""
+    pids, wanted = [], str(uid)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                text = f.read()
+        except OSError:
+            continue
+        state = uids = ""
+        for line in text.splitlines():
+            if line.startswith("State:"):
+                state = line.split()[1] if len(line.split()) > 1 else ""
+            elif line.startswith("Uid:"):
+                uids = line
+                break
+        if wanted in uids.split()[1:] and state not in ("Z", "X"):
+            pids.append(int(entry))
+    return pids
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process running as ``uid``, until none is left (one that forks is caught next round)."""
+    for _ in range(200):
+        pids = _processes_of(uid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+
+
 class Worker:
     """One worker process, started at once (it imports torch while the parent works)."""
 
-    def __init__(self, tmp: Path, n: int = 0):
+    def __init__(self, tmp: Path, n: int = 0, user: User | None = None):
         self.dir = tmp
+        self.user = user
         self.work = tmp / f"work{n}"
         self.work.mkdir()
         self.out = tmp / "out"
         self.out.mkdir(exist_ok=True)
+        switch = []
+        if user is not None:
+            # tmp itself (our stdout/stderr files) stays ours; the worker owns only its folders.
+            os.chmod(tmp, 0o711)
+            for d in (self.work, self.out):
+                os.chown(d, user.uid, user.gid)
+                os.chmod(d, 0o700)
+            switch = [user.arg]
         read_fd, write_fd = os.pipe()
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
         # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
         flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
         self.proc = subprocess.Popen(
-            [sys.executable, *flags, "-m", "grader.worker", str(write_fd)],
+            [sys.executable, *flags, "-m", "grader.worker", str(write_fd), *switch],
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
             cwd=self.work, env=worker_env(self.work), start_new_session=True,
             pass_fds=(write_fd,), close_fds=True,
@@ -144,6 +349,13 @@ class Worker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def switched(self, ids: list[str]) -> None:
+        """The worker's real, effective and saved uids, as it said with "ready" (before student code)."""
+        if self.user is not None and ids != [str(self.user.uid)] * 3:
+            self.user.dropped = False
+            note(f"a grading worker did not switch to uid {self.user.uid} (it runs as uid "
+                 f"{','.join(ids) or '?'}); only the integrity check protects the grader's files")
 
     def rss_bytes(self) -> int:
         try:
@@ -221,6 +433,26 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
+def receive(path: Path) -> Any:
+    """:func:`grader.channel.receive` for a file in the worker's folder, which student code controls.
+
+    Opened without following links or blocking (a symlink to one of our files,
+    a FIFO that never answers), and read only if it is a plain file.
+    """
+    from . import channel
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        raise channel.ChannelError("the worker wrote no result (or not as a plain file)") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise channel.ChannelError("the worker's result is not a plain file")
+        return channel.receive(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
 def output_tail(tmp: Path, keep: int = TAIL_CHARS, width: int = 200) -> str:
     """What student code printed: the start and the end, long lines cut."""
     parts = []
@@ -258,25 +490,25 @@ class Handler(Protocol):
 
 def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Callable[[], set[int] | None],
         limits: Limits, handler: Handler, tmp: Path, worker: Worker | None = None,
-        cell_label: Callable[[int], str] = str) -> None:
+        cell_label: Callable[[int], str] = str, user: User | None = None) -> None:
     """Grade exercises ``pending`` (indices, in order), restarting workers as needed.
 
     ``make_job(indices)`` builds the job for a worker; ``found_of()`` gives the
     indices the first load found (None if loading failed). ``worker`` may be
-    one already started.
+    one already started; new ones run as ``user``.
     """
     left = list(pending)
     n = 0
     spare: Worker | None = None
     try:
         while left:
-            worker = worker or spare or Worker(tmp, n)
+            worker = worker or spare or Worker(tmp, n, user)
             spare = None
             n += 1
             worker.send(make_job(left))
             if n > 1:
                 # One crash often comes with more: have the next worker import torch meanwhile.
-                spare = Worker(tmp, n + 100)
+                spare = Worker(tmp, n + 100, user)
             state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
             try:
                 state.drive()
@@ -320,6 +552,7 @@ class _Drive:
 
         word, *rest = line.split()
         if word == "ready" and self.phase == "startup":
+            self.w.switched(rest[0].split(",") if rest else [])
             self.phase = "loading"
             self.deadline = time.monotonic() + self.limits.load_timeout
         elif word == "cell" and rest and rest[0].isdigit():
@@ -329,7 +562,7 @@ class _Drive:
             self._exercise_deadline()
             if self.first:
                 try:
-                    self.h.loaded(channel.receive(str(self.w.out / "loaded.pt")))
+                    self.h.loaded(receive(self.w.out / "loaded.pt"))
                 except channel.ChannelError as e:
                     self.h.loaded(e)
         elif word == "start" and self.phase == "grading" and rest and rest[0].isdigit():
@@ -339,7 +572,7 @@ class _Drive:
             ei, ci = (int(x) if x.isdigit() else -1 for x in rest)
             path = self.w.out / f"{ei}.{ci}.pt"
             try:
-                data = channel.receive(str(path))
+                data = receive(path)
                 if type(data) is not list:
                     raise channel.ChannelError("a check's record is not a list")
                 outcomes: Any = [channel.outcome_from_data(d) for d in data]

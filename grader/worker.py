@@ -1,14 +1,17 @@
 """The sandboxed worker: runs student code, returns raw outcomes, judges nothing.
 
-Started by :mod:`grader.sandbox` as ``python -I -m grader.worker STATUS_FD`` in a
-fresh temporary folder, its own session, a scrubbed environment and limits. It
-never imports the reference (``attnmask``) or the checks' judges; it only
+Started by :mod:`grader.sandbox` as ``python -s -P -m grader.worker STATUS_FD [UID:GID:KEEP]``
+in a fresh temporary folder, its own session, a scrubbed environment and limits.
+It never imports the reference (``attnmask``) or the checks' judges; it only
 
 1. imports torch (while the parent imports its own side),
 2. reads the :class:`Job` (cells to run and calls to make) from stdin, then
    points stdin at /dev/null for the student's code,
-3. runs the submission's cells (:func:`grader.submission.run_cells`),
-4. for each exercise, makes every call with :func:`grader.execute.execute` and
+3. becomes UID:GID if given (the grader runs as root), for good: no other
+   groups, no capabilities but CAP_DAC_READ_SEARCH if KEEP is 1, no new
+   privileges; says "ready" with the uids it ended up with,
+4. runs the submission's cells (:func:`grader.submission.run_cells`),
+5. for each exercise, makes every call with :func:`grader.execute.execute` and
    writes the outcomes of each check to its own file (:mod:`grader.channel`),
    announcing progress with one line per event on the status pipe.
 
@@ -134,6 +137,33 @@ def _vm_size() -> int:
     return 0
 
 
+def _switch_user(arg: str) -> None:
+    """Become UID:GID for good, keeping CAP_DAC_READ_SEARCH if KEEP is 1 (before any student code).
+
+    A failure leaves us as we are: the parent sees the uids on the "ready" line.
+    """
+    import ctypes
+
+    uid, gid, keep = (int(x) for x in arg.split(":"))
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_keepcaps, pr_set_no_new_privs = 8, 38
+    try:
+        if keep:
+            libc.prctl(pr_set_keepcaps, 1, 0, 0, 0)  # the permitted set survives the switch
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        if keep:
+            # capset(2), version 3: effective = permitted = {CAP_DAC_READ_SEARCH}, inheritable = {}.
+            header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+            data = (ctypes.c_uint32 * 6)(1 << 2, 1 << 2, 0, 0, 0, 0)
+            libc.capset(header, data)
+            libc.prctl(pr_set_keepcaps, 0, 0, 0, 0)
+    except OSError:
+        pass
+    libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0)  # setuid programs cannot give root back
+
+
 def _set_limits(job: Job) -> None:
     import resource
 
@@ -253,7 +283,9 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- the student's stdin is empty
-    status.send("ready")
+    if len(sys.argv) > 2:
+        _switch_user(sys.argv[2])
+    status.send("ready " + ",".join(map(str, os.getresuid())))
 
     _set_limits(job)
     # A crash in C (a segfault) prints the Python stack to stderr: the parent reads the student's line there.

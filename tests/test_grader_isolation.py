@@ -157,11 +157,10 @@ def test_slow_statement_at_import_is_stopped_and_the_rest_graded():
 
 
 def test_parent_never_runs_student_code(tmp_path):
-    marker = tmp_path / "ran-in"
     sub = tmp_path / "spy.py"
     sub.write_text(
         "import os\n"
-        f"PID = open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "PID = print('ran in', os.getpid())\n"  # an assignment: it runs (a bare print() is skipped)
         "def causal_mask(n, *, device=None):\n"
         "    import torch\n"
         "    return torch.ones(n, n, dtype=torch.bool, device=device).tril()\n"
@@ -169,7 +168,8 @@ def test_parent_never_runs_student_code(tmp_path):
     before = set(sys.modules)
     report = engine.grade(sub, exercises=["causal_mask"])
     assert report.exercise("causal_mask").status == PASSED
-    assert int(marker.read_text()) != os.getpid()
+    pid = re.search(r"ran in (\d+)", report.output)
+    assert pid and int(pid.group(1)) != os.getpid()
     assert not any(m.startswith("submission") for m in set(sys.modules) - before)
 
 
