@@ -190,18 +190,35 @@ def run_limited(argv: Sequence[str], *, timeout: float, log: Path, env: dict[str
                 os.sched_setaffinity(proc.pid, cpus)
             except OSError:
                 pass
-        timed_out = False
         try:
-            rc: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out, rc = True, None
+            timed_out = not _wait_unreaped(proc, timeout)
         finally:
+            # The pid is not reaped yet (alive or a zombie), so it cannot have been reused:
+            # killing its group and its descendants cannot hit an unrelated process.
             _kill_group(proc.pid)
             with _RUNNING_LOCK:
                 _RUNNING.discard(proc.pid)
-        if timed_out:
-            proc.wait()
-    return RunResult(returncode=rc, timed_out=timed_out, seconds=time.perf_counter() - t0)
+        rc = proc.wait()
+    return RunResult(returncode=None if timed_out else rc, timed_out=timed_out,
+                     seconds=time.perf_counter() - t0)
+
+
+def _wait_unreaped(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for ``proc`` to exit without reaping it; True if it exited."""
+    if not hasattr(os, "waitid"):  # no WNOWAIT here: fall back to reaping (macOS)
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return True
 
 
 # Process groups being graded: their own sessions do not receive the terminal's Ctrl-C,
@@ -217,10 +234,37 @@ def kill_running() -> None:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Kill the process group ``pgid`` and every process descended from its leader,
+    including those that moved to sessions of their own (the grader's sandbox does), which
+    a kill of the group alone would leave running when the grader is stopped for time."""
+    for _ in range(2):  # a second pass for anything started while the first one ran
+        for pid in [pgid, *_descendants(pgid)]:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+def _descendants(root: int) -> list[int]:
+    """Processes descended from ``root``, from /proc (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for d in proc.iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def single_thread_env(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXERCISES = ("causal_mask", "attention", "multi_head_attention")
 
 # The fake grader: scores come from "name=points" lines in the submission; HANG hangs
-# (with a grandchild that must die too), OS_EXIT kills the process, a notebook that is
+# (with a grandchild in its own session that must die too), OS_EXIT kills the process, a notebook that is
 # not JSON gets a zero with a message, as the engine does.
 FAKE = r'''
 import json, os, subprocess, sys, time
@@ -42,7 +42,8 @@ files = [sub] if sub.is_file() else sorted(p for p in sub.rglob("*") if p.is_fil
 text = "\n".join(p.read_text(errors="replace") for p in files)
 names = ["causal_mask", "attention", "multi_head_attention"]
 if "HANG" in text:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    # In a session of its own, as the engine starts its sandbox: a kill of the group misses it.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     Path(os.environ["FAKE_PIDS"]).open("a").write(f"{child.pid}\n")
     print("importing the submission...", flush=True)
     time.sleep(600)
@@ -164,7 +165,7 @@ def test_mixed_class_every_row_present_and_says_why(tmp_path, fake, capsys):
         data = json.loads((out / name / "results.json").read_text())
         assert "score" in data and isinstance(data["tests"], list)
 
-    # The hanging submission's grandchild died with its process group.
+    # The hanging submission's grandchild died too, though it had left the process group.
     assert fake.pids() and not any(_alive(p) for p in fake.pids())
     # Three workers: the 3 s hang overlaps the others instead of adding to them.
     assert wall < 3 * 3, f"class mode took {wall:.1f} s"
