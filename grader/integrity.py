@@ -67,6 +67,20 @@ def writable_by(st: os.stat_result, uid: int, gid: int) -> bool:
     return bool(st.st_mode & stat.S_IWOTH)
 
 
+def _key(st: os.stat_result | None) -> tuple | None:
+    """What changes whenever a file's bytes or a folder's entries change: ctime cannot be set back."""
+    if st is None:
+        return None
+    return st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
 class Guard:
     """A snapshot of the grader's files and the interpreter's start-up hooks."""
 
@@ -75,13 +89,23 @@ class Guard:
         hook_dirs = dict.fromkeys(Path(d).resolve() for d in hook_dirs)
         self.hook_dirs = [d for d in hook_dirs if d not in self.trees]
         self.files: dict[Path, tuple[bytes, os.stat_result]] = {}
-        self.dirs: dict[Path, os.stat_result] = {}  # every folder of the trees, the hook folders' ancestors
+        self.folders: dict[Path, tuple | None] = {}  # watched folders (trees', hook folders) -> _key
+        self.hooks: set[Path] = set()  # start-up hooks that are folders (a sitecustomize package)
+        self.dirs: dict[Path, os.stat_result] = {}  # for who could write: folders and nearest ancestors
         for tree in self.trees:
-            self._take_tree(tree)
+            for top, dirnames, filenames in os.walk(tree):
+                self._watch(Path(top))
+                for name in filenames:
+                    self._take_file(Path(top) / name)
+                dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(top, d))]
         for d in self.hook_dirs:
-            self._stat_dir(d)
-            for name in self._hook_names(d):
-                self._take_file(d / name)
+            self._watch(d)
+            for name in self._entries(d):
+                if _is_hook(name):
+                    if os.path.isdir(d / name) and not os.path.islink(d / name):
+                        self.hooks.add(d / name)
+                    else:
+                        self._take_file(d / name)
 
     @classmethod
     def for_grader(cls) -> Guard:
@@ -102,21 +126,13 @@ class Guard:
             if stat.S_ISREG(st.st_mode):
                 with open(path, "rb") as f:
                     self.files[path] = (f.read(), st)
-            elif stat.S_ISDIR(st.st_mode):  # e.g. a sitecustomize package: its presence is recorded
-                self.dirs[path] = st
         except OSError:
             pass
 
-    def _take_tree(self, tree: Path) -> None:
-        for top, dirnames, filenames in os.walk(tree):
-            self._stat_dir(Path(top))
-            for name in filenames:
-                self._take_file(Path(top) / name)
-            dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(top, d))]
-
-    def _stat_dir(self, d: Path) -> None:
-        """``d``'s stat, or that of its nearest existing ancestor (to judge who could create it)."""
-        while True:
+    def _watch(self, d: Path) -> None:
+        st = _lstat(d)
+        self.folders[d] = _key(st) if st is not None and stat.S_ISDIR(st.st_mode) else None
+        while True:  # d's stat, or that of its nearest existing ancestor (to judge who could create it)
             try:
                 self.dirs.setdefault(d, os.stat(d))
                 return
@@ -126,9 +142,9 @@ class Guard:
                 d = d.parent
 
     @staticmethod
-    def _hook_names(d: Path) -> list[str]:
+    def _entries(d: Path) -> list[str]:
         try:
-            return sorted(e.name for e in os.scandir(d) if _is_hook(e.name))
+            return sorted(os.listdir(d))
         except OSError:
             return []
 
@@ -157,12 +173,14 @@ class Guard:
         return False
 
     def _scan(self) -> tuple[list[Path], list[Path]]:
-        """(files whose bytes differ or that are gone, entries that are new)."""
+        """(files whose bytes differ or that are gone, entries that are new); a stat per unchanged file."""
         differ, added = [], []
-        for path, (data, _) in self.files.items():
+        for path, (data, st) in self.files.items():
+            now = _lstat(path)
+            if _key(now) == _key(st):
+                continue
             try:
-                st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+                if now is None or not stat.S_ISREG(now.st_mode) or now.st_size != len(data):
                     differ.append(path)
                     continue
                 with open(path, "rb") as f:
@@ -170,22 +188,21 @@ class Guard:
                         differ.append(path)
             except OSError:
                 differ.append(path)
-        for tree in self.trees:
-            if os.path.islink(tree):
-                added.append(tree)
+        for d, key in self.folders.items():
+            now = _lstat(d)
+            if _key(now) == key:
+                continue  # no entry added, removed or renamed here
+            in_tree = d in self.trees or any(d.is_relative_to(t) for t in self.trees)
+            if in_tree and now is not None and not stat.S_ISDIR(now.st_mode):
+                added.append(d)  # a package folder replaced by a link or a file
                 continue
-            for top, dirnames, filenames in os.walk(tree):
-                for name in [*dirnames, *filenames]:
-                    p = Path(top) / name
-                    known = p in self.dirs if name in dirnames and not os.path.islink(p) else p in self.files
-                    if not known:
-                        added.append(p)
-                dirnames[:] = [d for d in dirnames if (Path(top) / d) in self.dirs
-                               and not os.path.islink(os.path.join(top, d))]
-        for d in self.hook_dirs:
-            for name in self._hook_names(d):
+            for name in self._entries(d):
                 p = d / name
-                if p not in self.files and p not in self.dirs:
+                if in_tree:
+                    real_dir = os.path.isdir(p) and not os.path.islink(p)
+                    if not (p in self.folders if real_dir else p in self.files):
+                        added.append(p)
+                elif _is_hook(name) and p not in self.files and p not in self.hooks:
                     added.append(p)
         return differ, added
 
@@ -219,6 +236,8 @@ class Guard:
                 continue
             self._write(path)
             restored.append(change)
+        # The snapshot's stats stay the reference: folders and files we touched are compared in full from
+        # now on (an entry re-created between our restore and a new stat must not go unseen).
         return restored, [c for c in foreign if not c.cache]
 
     def _write(self, path: Path) -> None:

@@ -165,6 +165,8 @@ def test_guard_restores_changed_removed_and_added_files(tmp_path):
     assert not (pkg / "sub" / "judge.py").is_symlink()
     assert not (pkg / "__pycache__" / "x.cpython-311.pyc").exists()
     assert guard.verify() == ([], [])
+    (hooks / "again.pth").write_text("import os\n")  # the folder changed already: still looked at
+    assert [str(c) for c in guard.verify()[0]] == ["site/again.pth added"]
 
 
 def test_guard_restores_a_package_folder_replaced_by_a_link(tmp_path):
