@@ -374,8 +374,7 @@ def grade(
     tmp = Path(tempfile.mkdtemp(prefix="grader-"))
     guard = user = grading = None
     if src is not None and src.runnable:
-        guard = integrity.Guard.for_grader()  # before any student code runs
-        user = claim_user()
+        guard, user = _protect()
     # Start the worker before our own heavy imports: it imports torch meanwhile.
     worker = Worker(tmp, user=user) if src is not None and src.runnable else None
     try:
@@ -424,6 +423,23 @@ def grade(
             _settle(grading, report)
         shutil.rmtree(tmp, ignore_errors=True)
         report.execution_time = time.perf_counter() - t0
+
+
+def _protect() -> tuple[integrity.Guard | None, User | None]:
+    """The snapshot of the grader's files and the worker's user, taken before any student code runs.
+
+    Neither may stop grading: if one cannot be had, the grader says so on stderr and goes on without it.
+    """
+    guard = user = None
+    try:
+        guard = integrity.Guard.for_grader()
+    except Exception as e:  # noqa: BLE001
+        note(f"the grader's files could not be snapshot ({type(e).__name__}: {e}); they are not checked")
+    try:
+        user = claim_user()
+    except Exception as e:  # noqa: BLE001
+        note(f"no unprivileged user for the worker ({type(e).__name__}: {e}); it runs as the grader")
+    return guard, user
 
 
 def _settle(grading: _Grading, report: Report) -> None:

@@ -36,6 +36,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -213,6 +214,7 @@ def unreachable(uid: int, gid: int, paths: list[tuple[Path, int]] | None = None)
         if spec is not None and spec.origin:
             paths += [(Path(spec.origin), 4), (Path(spec.origin).parent / "lib", 5)]
         paths += [(Path(p), 5) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        paths.append((Path(tempfile.gettempdir()), 1))  # the way to the worker's folders
     blocked = []
     for path, bits in paths:
         path = Path(os.path.abspath(path))
@@ -288,12 +290,17 @@ class Worker:
         self.out.mkdir(exist_ok=True)
         switch = []
         if user is not None:
-            # tmp itself (our stdout/stderr files) stays ours; the worker owns only its folders.
-            os.chmod(tmp, 0o711)
-            for d in (self.work, self.out):
-                os.chown(d, user.uid, user.gid)
-                os.chmod(d, 0o700)
-            switch = [user.arg]
+            try:
+                # tmp itself (our stdout/stderr files) stays ours; the worker owns only its folders.
+                os.chmod(tmp, 0o711)
+                for d in (self.work, self.out):
+                    os.chown(d, user.uid, user.gid)
+                    os.chmod(d, 0o700)
+                switch = [user.arg]
+            except OSError as e:
+                user.dropped, self.user = False, None
+                note(f"the worker's folders could not be given to uid {user.uid} ({e}); student code runs as "
+                     "root this time, and only the integrity check protects the grader's files")
         read_fd, write_fd = os.pipe()
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115

@@ -21,10 +21,12 @@ charges that exercise only, and starts a fresh worker for the rest.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import importlib
 import os
 import pickle
+import resource
 import signal
 import sys
 import time
@@ -142,8 +144,6 @@ def _switch_user(arg: str) -> None:
 
     A failure leaves us as we are: the parent sees the uids on the "ready" line.
     """
-    import ctypes
-
     uid, gid, keep = (int(x) for x in arg.split(":"))
     libc = ctypes.CDLL(None, use_errno=True)
     pr_set_keepcaps, pr_set_no_new_privs = 8, 38
@@ -165,8 +165,6 @@ def _switch_user(arg: str) -> None:
 
 
 def _set_limits(job: Job) -> None:
-    import resource
-
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # A print loop or a file-writing loop must not fill the disk: writes past this fail (EFBIG).
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -177,8 +175,6 @@ def _set_limits(job: Job) -> None:
         limit = _vm_size() + job.memory_bytes
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:  # die with the parent, whatever happens to it
-        import ctypes
-
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
