@@ -1,8 +1,9 @@
 """The sandboxed worker: runs student code, returns raw outcomes, judges nothing.
 
 Started by :mod:`grader.sandbox` as ``python -s -P -m grader.worker STATUS_FD [UID:GID:KEEP]``
-in a fresh temporary folder, its own session, a scrubbed environment and limits.
-It never imports the reference (``attnmask``) or the checks' judges; it only
+(``-P`` where Python has it) in a fresh temporary folder, its own session, a
+scrubbed environment and limits. It never imports the reference (``attnmask``)
+or the checks' judges; it only
 
 1. imports torch (while the parent imports its own side),
 2. reads the :class:`Job` (cells to run and calls to make) from stdin, then
