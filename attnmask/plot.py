@@ -11,6 +11,9 @@ import torch
 
 __all__ = ["plot_attention", "plot_mask", "plot_masks"]
 
+ALLOWED = "#1f4e79"  # dark: may attend
+BLOCKED = "#f2f2f2"  # light: blocked
+
 
 def _as_2d(t: torch.Tensor, what: str) -> torch.Tensor:
     t = t.detach().cpu()
@@ -25,12 +28,10 @@ def plot_mask(mask: torch.Tensor, ax=None, *, title: str = "mask", labels=None, 
     """Draw a boolean mask ``(Lq, Lk)`` (True = may attend) as a grid."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
     m = _as_2d(mask, "mask").to(torch.bool)
     if ax is None:
         _, ax = plt.subplots(figsize=(3.2, 3.2))
-    cmap = ListedColormap(["#f2f2f2", "#1f4e79"])
+    cmap = ListedColormap([BLOCKED, ALLOWED])
     ax.imshow(m.numpy(), cmap=cmap, vmin=0, vmax=1)
     Lq, Lk = m.shape
     ax.set_xticks(range(Lk))
@@ -47,23 +48,33 @@ def plot_mask(mask: torch.Tensor, ax=None, *, title: str = "mask", labels=None, 
     ax.set_ylabel("query i")
     ax.set_title(title)
     if legend:
-        ax.legend(
-            handles=[Patch(color="#1f4e79", label="may attend"), Patch(color="#f2f2f2", label="blocked")],
-            loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=7, frameon=False,
-        )
+        # Beside the grid, not under it: under a short, wide mask it would cover the x label.
+        ax.legend(handles=_legend_handles(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  fontsize=7, frameon=False)
     return ax
+
+
+def _legend_handles():
+    from matplotlib.patches import Patch
+
+    return [Patch(facecolor=ALLOWED, edgecolor="#888888", label="may attend"),
+            Patch(facecolor=BLOCKED, edgecolor="#888888", label="blocked")]
 
 
 def plot_masks(masks: dict, *, suptitle: str | None = None, legend: bool = True):
     """Several masks side by side: ``{title: mask (Lq, Lk)}``."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(masks), figsize=(3.0 * len(masks), 3.4), squeeze=False)
+    # Constrained layout leaves room for the suptitle and for a legend "outside" the panels.
+    fig, axes = plt.subplots(1, len(masks), figsize=(3.0 * len(masks), 3.6), squeeze=False,
+                             layout="constrained")
     for ax, (title, m) in zip(axes[0], masks.items()):
-        plot_mask(m, ax, title=title, legend=legend)
+        plot_mask(m, ax, title=title, legend=False)
     if suptitle:
         fig.suptitle(suptitle)
-    fig.tight_layout()
+    if legend:
+        fig.legend(handles=_legend_handles(), loc="outside lower center", ncol=2, fontsize=8,
+                   frameon=False)
     return fig
 
 
