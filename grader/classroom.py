@@ -29,6 +29,7 @@ import os
 import queue
 import random
 import re
+import secrets
 import shutil
 import signal
 import statistics
@@ -54,10 +55,14 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 GraderCommand = Callable[[Path, Path, int, Sequence[str]], list[str]]
 
 
+def engine_args(submission: Path, results: Path, seed: int, extra: Sequence[str]) -> list[str]:
+    """Arguments of the engine's CLI, the one stable seam between class mode and the engine."""
+    return [str(submission), "--json", str(results), "--seed", str(seed), *extra]
+
+
 def engine_command(submission: Path, results: Path, seed: int, extra: Sequence[str]) -> list[str]:
-    """The engine's CLI, the one stable seam between class mode and the engine."""
-    return [sys.executable, "-m", "grader", str(submission), "--json", str(results),
-            "--seed", str(seed), *extra]
+    """``python -m grader ARGS``: the engine's CLI in a fresh interpreter."""
+    return [sys.executable, "-m", "grader", *engine_args(submission, results, seed, extra)]
 
 
 # --------------------------------------------------------------------------- students
@@ -233,6 +238,162 @@ def kill_running() -> None:
             _kill_group(pgid)
 
 
+class Preloaded:
+    """Runs the engine's CLI (``grader.cli.main(ARGS)``, the same arguments as
+    ``python -m grader ARGS``) in processes forked from a server that has imported torch,
+    the reference and the grader once.
+
+    Half of a fresh ``python -m grader``'s CPU time is those imports; in a class they are
+    paid once instead of once per student. Each forked grading is what a fresh process
+    would be: its own session, its own log as stdout/stderr, no stdin, one thread, and the
+    same wall-time limit and whole-tree kill. The server is ``python -m grader.classroom
+    _forkserver``: single-threaded (fork is safe there), it forks on request and reports
+    each child's pid and exit status on its stdout.
+    """
+
+    def __init__(self) -> None:
+        env = single_thread_env()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
+        self.server = subprocess.Popen([sys.executable, "-m", "grader.classroom", "_forkserver"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+                                       bufsize=1)
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.started: dict[int, int] = {}
+        self.exited: dict[int, int] = {}
+        self.changed = threading.Condition(self.lock)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.server.stdout:
+            kind, rid, value = line.split()
+            with self.changed:
+                (self.started if kind == "started" else self.exited)[int(rid)] = int(value)
+                self.changed.notify_all()
+        with self.changed:  # the server is gone: nothing more will start or exit
+            self.changed.notify_all()
+
+    def _wait_for(self, table: dict[int, int], rid: int, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.changed:
+            while rid not in table:
+                if self.server.poll() is not None:
+                    raise RuntimeError(f"class mode's fork server stopped (exit {self.server.returncode})")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self.changed.wait(0.5 if left is None else min(left, 0.5))
+            return table.pop(rid)
+
+    def run(self, args: Sequence[str], *, timeout: float, log: Path, cwd: Path,
+            cpus: set[int] | None = None) -> RunResult:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        with self.lock:
+            rid, self.next_id = self.next_id, self.next_id + 1
+            self.server.stdin.write(json.dumps({"id": rid, "args": list(args), "log": str(log),
+                                                "cwd": str(cwd)}) + "\n")
+            self.server.stdin.flush()
+        pid = self._wait_for(self.started, rid, None)
+        with _RUNNING_LOCK:
+            _RUNNING.add(pid)
+        if cpus and hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(pid, cpus)
+            except OSError:
+                pass
+        rc = None
+        try:
+            rc = self._wait_for(self.exited, rid, timeout)
+        finally:
+            if rc is None:  # past the limit (or interrupted): still running, so its pid is its own
+                _kill_group(pid)
+            with _RUNNING_LOCK:
+                _RUNNING.discard(pid)
+        timed_out = rc is None
+        if timed_out:
+            self._wait_for(self.exited, rid, None)
+        return RunResult(returncode=None if timed_out else rc, timed_out=timed_out,
+                         seconds=time.perf_counter() - t0)
+
+    def close(self) -> None:
+        """Stop the server and reap it (its children's CPU time then counts as ours)."""
+        try:
+            self.server.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+            self.server.wait()
+
+
+def _forkserver() -> None:
+    """``python -m grader.classroom _forkserver``: import once, fork a grading per request."""
+    import select
+
+    import torch
+
+    torch.set_num_threads(1)
+    import attnmask  # noqa: F401 -- imported here once, for every child
+    from grader import cli, engine, report  # noqa: F401
+
+    children: dict[int, int] = {}  # pid -> request id
+    stdin = sys.stdin.fileno()
+    buf, eof = b"", False
+    while not eof or children:
+        ready, _, _ = select.select([] if eof else [stdin], [], [], 0.02)
+        if ready:
+            chunk = os.read(stdin, 65536)
+            eof = not chunk
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                req = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _cli_in_child(req["args"], req["log"], req["cwd"])
+                children[pid] = req["id"]
+                print("started", req["id"], pid, flush=True)
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            print("exited", children.pop(pid), os.waitstatus_to_exitcode(status), flush=True)
+
+
+def _cli_in_child(args: list[str], log: str, cwd: str) -> None:
+    """Body of a forked grading: become a fresh-looking process, run the CLI, exit with its status."""
+    code = 1
+    try:
+        os.setsid()  # a session of its own, as start_new_session gives a subprocess
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.close(null)
+        os.chdir(cwd)
+        from grader import cli
+
+        code = cli.main(args)
+    except SystemExit as e:  # argparse's usage errors
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 -- reported in the log, like a crashed interpreter
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
 def _kill_group(pgid: int) -> None:
     """Kill the process group ``pgid`` and every process descended from its leader,
     including those that moved to sessions of their own (the grader's sandbox does), which
@@ -377,9 +538,11 @@ class Row:
 
 
 def grade_student(student: Student, out: Path, *, seed: int, timeout: float, extra: Sequence[str],
-                  command: GraderCommand, exercises: Sequence[str], cores: queue.Queue | None = None) -> Row:
+                  command: GraderCommand, exercises: Sequence[str], cores: queue.Queue | None = None,
+                  preloaded: Preloaded | None = None) -> Row:
     """Grade one student in a killable process group; always leaves a results.json.
-    ``cores``: free core ids; the grading takes one for itself while it runs."""
+    ``cores``: free core ids; the grading takes one for itself while it runs.
+    ``preloaded``: run the engine's CLI forked from it instead of in a fresh interpreter."""
     folder = out / student.slug
     folder.mkdir(parents=True, exist_ok=True)
     results_path, log = folder / "results.json", folder / "grader.log"
@@ -390,18 +553,28 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
         results_path.write_text(json.dumps(failure_results(message), indent=2))
         log.write_text(message + "\n")
         return Row(student.name, student.slug, "empty", message)
+    # The grader writes to a name nobody can guess; results.json is written from it here,
+    # so a file the student's code planted cannot pass for a grade if the grader dies.
+    private = out / ".private" / f"{student.slug}-{secrets.token_hex(16)}.json"
+    private.parent.mkdir(exist_ok=True)
     env = single_thread_env()
     # The grader class mode itself runs, whatever the working directory holds.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
-    # cwd: the student's own output folder, so stray files land there.
     core = cores.get() if cores is not None else None
     try:
-        res = run_limited(command(target.resolve(), results_path.resolve(), seed, extra), timeout=timeout,
-                          log=log, env=env, cwd=folder, cpus=None if core is None else {core})
+        cpus = None if core is None else {core}
+        # cwd: the student's own output folder, so stray files land there.
+        if preloaded is not None and command is engine_command:
+            args = engine_args(target.resolve(), private.resolve(), seed, extra)
+            res = preloaded.run(args, timeout=timeout, log=log, cwd=folder, cpus=cpus)
+        else:
+            res = run_limited(command(target.resolve(), private.resolve(), seed, extra), timeout=timeout,
+                              log=log, env=env, cwd=folder, cpus=cpus)
     finally:
         if core is not None:
             cores.put(core)
-    results = None if res.timed_out else read_results(results_path)
+    results = None if res.timed_out else read_results(private)
+    private.unlink(missing_ok=True)
     if res.timed_out:
         status = "timeout"
         message = (f"grading took longer than {timeout:g} s and was stopped (whole process group killed); "
@@ -413,6 +586,7 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     if results is None:
         results_path.write_text(json.dumps(failure_results(message), indent=2))
         return Row(student.name, student.slug, status, message, seconds=res.seconds)
+    results_path.write_text(json.dumps(results, indent=2))
     # A results file with no test entries means the grader refused to grade (e.g. a bad
     # option): say so instead of passing it off as a zero.
     status = "graded" if results.get("tests") else "not graded"
@@ -490,13 +664,17 @@ def contract_exercises() -> tuple[str, ...]:
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,
                 regrade: bool = False, extra: Sequence[str] = (), command: GraderCommand = engine_command,
                 exercises: Sequence[str] | None = None, progress: bool = True,
-                pin: bool = False) -> list[Row]:
+                pin: bool = False, preload: bool = True) -> list[Row]:
     """Grade every student of ``submissions`` into ``out``; returns one row per student.
 
     With ``pin`` (and no more jobs than cores) each grading runs on a core of its own, so
     ``--jobs N`` uses exactly N cores and leaves the rest of a shared machine alone. Not the
     default: one grading overlaps its sandbox's start-up with its own on a second core, and
     letting the OS schedule that freely grades a class faster (scripts/bench_classroom.py).
+
+    With ``preload`` (and the engine's own command), gradings are forked from a server that
+    has imported torch and the grader once (:class:`Preloaded`); else each is a fresh
+    ``python -m grader``.
     """
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
     out.mkdir(parents=True, exist_ok=True)
@@ -528,8 +706,10 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
                   TimeElapsedColumn(), console=console, disable=not progress or not todo) as bar:
         task = bar.add_task(f"{len(todo)} of {len(students)} students ({jobs} workers)", total=len(todo))
         cores = _core_pool(jobs) if pin else None
+        preloaded = Preloaded() if preload and command is engine_command and todo else None
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-        job = dict(seed=seed, timeout=timeout, extra=extra, command=command, exercises=exercises, cores=cores)
+        job = dict(seed=seed, timeout=timeout, extra=extra, command=command, exercises=exercises, cores=cores,
+                   preloaded=preloaded)
         futures = {pool.submit(grade_student, s, out, **job): (s, key) for s, key in todo}
         try:
             for fut in as_completed(futures):
@@ -549,10 +729,14 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
             # in the manifest, so the same command resumes where this run stopped.
             pool.shutdown(wait=False, cancel_futures=True)
             kill_running()
+            if preloaded is not None:
+                preloaded.close()
             print(f"\ninterrupted after {len(rows) - (len(students) - len(todo))} of {len(todo)} students; "
                   f"run the same command again to grade the rest", file=sys.stderr)
             raise
         pool.shutdown()
+        if preloaded is not None:
+            preloaded.close()
     ordered = [rows[s.slug] for s in students]
     write_csv(ordered, out / "grades.csv", exercises)
     return ordered
@@ -644,6 +828,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pin", action="store_true",
                    help="give each grading one core of its own, so --jobs N uses exactly N cores "
                         "(on a shared machine); a little slower when all cores are free")
+    p.add_argument("--no-preload", action="store_true",
+                   help="grade each student with a fresh `python -m grader` instead of forking graders "
+                        "from one that has imported torch already (slower; for comparison)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -669,7 +856,8 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     t0 = time.perf_counter()
     rows = grade_class(args.submissions, out, jobs=args.jobs, seed=seed, timeout=args.timeout,
                        regrade=args.regrade, extra=extra, command=command, exercises=exercises,
-                       progress=not args.no_progress, pin=args.pin)
+                       progress=not args.no_progress, pin=args.pin,
+                       preload=not args.no_preload)
     print_summary(rows, seed=seed, out=out, wall=time.perf_counter() - t0, jobs=args.jobs)
     return 0
 
@@ -784,6 +972,9 @@ def template_main(argv: Sequence[str] | None = None) -> int:
 _COMMANDS = {"class": main, "gh-outputs": gh_outputs_main, "template": template_main}
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["_forkserver"]:  # internal: see Preloaded
+        _forkserver()
+        sys.exit(0)
     if len(sys.argv) < 2 or sys.argv[1] not in _COMMANDS:
         print(f"usage: python -m grader.classroom {{{','.join(_COMMANDS)}}} ...", file=sys.stderr)
         sys.exit(2)

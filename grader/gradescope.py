@@ -21,6 +21,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import stat
 import sys
@@ -130,7 +131,8 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
                                       f"holds: {names}). Upload your exercise notebooks, e.g. "
                                       f"ex01_leakage.ipynb.")
         else:
-            private = Path(tmp) / "results.json"  # the engine writes here; only this process writes results/
+            # The engine writes to a name nobody can guess; only this process writes results/.
+            private = Path(tmp) / f"results-{secrets.token_hex(16)}.json"
             argv = [python, "-m", "grader", str(target), "--json", str(private), "--seed", str(seed)]
             log = Path(tmp) / "grader.log"
             res = run_limited(argv, timeout=timeout, log=log, env=single_thread_env(), cwd=Path(tmp))

@@ -47,6 +47,10 @@ if "HANG" in text:
     Path(os.environ["FAKE_PIDS"]).open("a").write(f"{child.pid}\n")
     print("importing the submission...", flush=True)
     time.sleep(600)
+if "FORGE" in text:  # plant a perfect results.json where class mode keeps them, then die
+    Path("results.json").write_text(json.dumps({"score": 30, "max_score": 30, "tests": [
+        {"name": n, "score": 10, "max_score": 10} for n in names]}))
+    os._exit(3)
 if "OS_EXIT" in text:
     print("worker died: segmentation fault", flush=True)
     os._exit(3)
@@ -258,6 +262,16 @@ def test_pin_gives_each_grading_a_core_of_its_own(tmp_path, fake):
     assert {c["cpus"][0] for c in pinned} <= set(os.sched_getaffinity(0))
 
 
+def test_a_planted_results_file_is_not_a_grade(tmp_path, fake):
+    subs = tmp_path / "subs"
+    (subs / "mallory").mkdir(parents=True)
+    (subs / "mallory" / "ex.py").write_text("FORGE\n")
+    rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=20, command=fake, exercises=EXERCISES,
+                       progress=False)
+    assert rows[0].status == "crashed" and rows[0].total == 0
+    assert json.loads((tmp_path / "out" / "mallory" / "results.json").read_text())["score"] == 0
+
+
 def test_results_file_is_this_runs_not_a_stale_one(tmp_path, fake):
     subs = tmp_path / "subs"
     (subs / "dave").mkdir(parents=True)
@@ -406,6 +420,21 @@ def test_real_engine_on_a_mixed_class(tmp_path, capsys, monkeypatch):
         json.loads((out / name / "results.json").read_text())
     assert "seed 5" in capsys.readouterr().out
 
+    # Forked from a preloaded server (the default) or a fresh interpreter: the same results.
+    pair, fresh = tmp_path / "pair", tmp_path / "fresh"
+    for name in ("alice", "bob"):
+        shutil.copytree(subs / name, pair / name)
+    assert classroom.main([str(pair), "--out", str(fresh), "--jobs", "2", "--seed", "5", "--timeout", "60",
+                           "--exercise", "causal_mask", "--no-progress", "--no-preload"]) == 0
+    for name in ("alice", "bob"):
+        a, b = (json.loads((o / name / "results.json").read_text().replace(str(d), "<class>"))
+                for o, d in ((out, subs), (fresh, pair)))
+        for d in (a, b):
+            d.pop("execution_time", None)
+            for t in d["tests"]:
+                t.pop("execution_time", None)
+        assert a == b, name
+
     # Nothing changed: a rerun grades nobody and gives the same grades.csv.
     before = (out / "grades.csv").read_text()
     rerun = grade_class(subs, out, jobs=2, seed=5, timeout=60, progress=False,
@@ -439,3 +468,26 @@ def test_ctrl_c_stops_the_class_at_once_and_a_rerun_resumes(tmp_path, fake):
     assert not any(_alive(p) for p in fake.pids())
     manifest = json.loads((out / "manifest.json").read_text())
     assert list(manifest["students"]) == ["alice"]  # finished rows kept; the others will be regraded
+
+
+def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, monkeypatch):
+    """The grader itself runs too long: class mode stops it, and its sandbox (in a session
+    of its own) with it."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "hank.py").write_text("import time\n\n\ndef causal_mask(n, *, device=time.sleep(10**6)):\n"
+                                  "    pass\n")
+    killed: list[int] = []
+    kill = classroom._kill_group
+
+    def recording_kill(pgid: int) -> None:
+        killed.extend(classroom._descendants(pgid))
+        kill(pgid)
+
+    monkeypatch.setattr(classroom, "_kill_group", recording_kill)
+    rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=6, progress=False,
+                       extra=["--exercise", "causal_mask", "--timeout", "60"])
+    assert rows[0].status == "timeout" and "longer than 6 s" in rows[0].message
+    assert killed, "the grader had started its sandbox: there was a tree to kill"
+    time.sleep(0.2)
+    assert not any(_alive(p) for p in killed)
