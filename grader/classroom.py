@@ -760,6 +760,8 @@ def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: i
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:  # a log file or a pipe: room for the whole table
+        console = Console(width=110)
     totals = [r.total for r in rows]
     maxes = [r.max for r in rows if r.max is not None]
     top = statistics.mode(maxes) if maxes else None
@@ -767,15 +769,17 @@ def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: i
     skipped = sum(r.skipped for r in rows)
 
     def pts(x: float) -> str:
-        return f"{x:.2f}" + (f" / {_fmt(top)}" if top else "")
+        return f"{x:.1f}" + (f"/{_fmt(top)}" if top else "")
 
     t = Table(title="Class grading summary")
-    for col in ("students", "graded now", "unchanged", "mean", "median", "failures"):
+    for col in ("students", "graded", "unchanged", "mean", "median", "full marks", "zero", "failures"):
         t.add_column(col, justify="right")
+    full = sum(1 for r in rows if r.max and r.total >= r.max)
+    zero = sum(1 for r in rows if r.total == 0)
     t.add_row(str(len(rows)), str(len(rows) - skipped), str(skipped),
               pts(statistics.fmean(totals)) if totals else "-",
               pts(statistics.median(totals)) if totals else "-",
-              str(len(failures)))
+              str(full), str(zero), str(len(failures)))
     console.print(t)
     if failures:
         f = Table(title="Submissions that could not be graded")
