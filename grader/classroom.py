@@ -2,10 +2,12 @@
 
 ``python -m grader class SUBMISSIONS_DIR`` treats every sub-folder (or single
 ``.ipynb`` / ``.py`` file) of SUBMISSIONS_DIR as one student and grades them in
-a pool of workers. Each student is graded by the engine's CLI in its own
-process group (``python -m grader SUB --json OUT/STUDENT/results.json --seed S``),
-so a submission that hangs, crashes or floods memory costs only its own row:
-the wall-time limit is enforced here by killing the whole group.
+a pool of workers. Each student is graded by the engine's CLI (the arguments of
+``python -m grader SUB --json RESULTS --seed S``), forked from a server process
+that has imported torch and the grader once (:class:`Preloaded`), or with
+``--no-preload`` in a fresh interpreter. Every grading has its own session, so a
+submission that hangs, crashes or floods memory costs only its own row: the
+wall-time limit is enforced here by killing the grading's whole process tree.
 
 Outputs in ``--out`` (default ``SUBMISSIONS_DIR/../grader-results``):
 ``STUDENT/results.json`` (Gradescope format, one per student, also for failures),
@@ -15,7 +17,8 @@ and grader code have not changed.
 
 ``python -m grader.classroom gh-outputs results.json`` turns a results.json into
 the base64 ``result`` output that GitHub Classroom's
-``autograding-grading-reporter`` action reads.
+``autograding-grading-reporter`` action reads; ``python -m grader.classroom
+template DEST`` builds the student template repository with its workflow.
 """
 
 from __future__ import annotations
