@@ -823,7 +823,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: SUBMISSIONS_DIR/../grader-results)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="students graded at once (default: the number of cores, %(default)s)")
-    p.add_argument("--seed", type=int, help="hidden-case seed (default: $GRADER_SEED, else the last run's)")
+    p.add_argument("--seed", type=int,
+                   help="hidden-case seed (default: $GRADER_SEED, else the last run's, else drawn at random; "
+                        "printed either way)")
     p.add_argument("--regrade", action="store_true", help="grade every student, even unchanged ones")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help="wall-time limit per student in seconds (default %(default)s)")
