@@ -19,24 +19,26 @@ and grader code have not changed.
 the base64 ``result`` output that GitHub Classroom's
 ``autograding-grading-reporter`` action reads; ``python -m grader.classroom
 template DEST`` builds the student template repository with its workflow.
+
+This module holds class mode itself (its CLI, the manifest, grades.csv and the
+summary) and dispatches the commands above. The parts live in
+:mod:`grader.roster` (who the students are), :mod:`grader.processes` (running one
+grading under a time limit, the fork server, process-tree kill),
+:mod:`grader.scores` (reading and scoring results.json) and :mod:`grader.github`
+(``gh-outputs`` and ``template``).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import csv
 import hashlib
 import json
 import os
 import queue
 import random
-import re
 import secrets
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -46,13 +48,33 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Files the engine grades; anything else in SUBMISSIONS_DIR is not a student.
-SOURCE_SUFFIXES = (".ipynb", ".py")
-#: Folders that never belong to a submission's content (editor and VCS debris).
-_SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".git"}
+# ``X as X``: moved out of this module in the split and re-exported on purpose
+# (grader.gradescope and the tests import them from grader.classroom).
+from .github import DEV_ONLY as DEV_ONLY
+from .github import TEMPLATE_PATHS as TEMPLATE_PATHS
+from .github import build_template as build_template
+from .github import classroom_result as classroom_result
+from .github import gh_outputs_main, template_main
+from .github import runtime_requirements as runtime_requirements
+from .processes import (
+    _PACKAGE_ROOT,
+    Preloaded,
+    _forkserver,
+    kill_running,
+    log_tail,
+    run_limited,
+    single_thread_env,
+)
+from .processes import RunResult as RunResult
+from .processes import _descendants as _descendants
+from .processes import _kill_group as _kill_group
+from .roster import SOURCE_SUFFIXES as SOURCE_SUFFIXES
+from .roster import Student, content_hash, discover, grading_target
+from .scores import _fmt, failure_results, max_score, per_exercise, read_results, summarize, total_score
+from .scores import exercise_of as exercise_of
+
 MANIFEST_VERSION = 1
 DEFAULT_TIMEOUT = 300.0
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 # A grader command: (submission path, results.json path, seed, extra CLI args) -> argv.
 GraderCommand = Callable[[Path, Path, int, Sequence[str]], list[str]]
@@ -68,92 +90,6 @@ def engine_command(submission: Path, results: Path, seed: int, extra: Sequence[s
     return [sys.executable, "-m", "grader", *engine_args(submission, results, seed, extra)]
 
 
-# --------------------------------------------------------------------------- students
-
-
-@dataclass
-class Student:
-    name: str  # as it appears in grades.csv: folder name or file stem
-    path: Path  # the sub-folder or file in SUBMISSIONS_DIR
-    slug: str  # safe folder name for OUT/slug/
-
-
-def _is_hidden(p: Path) -> bool:
-    return p.name.startswith(".")
-
-
-def discover(submissions: Path, out: Path | None = None) -> tuple[list[Student], list[Path]]:
-    """Students of SUBMISSIONS_DIR, sorted by name, and the entries that are not students."""
-    if not submissions.is_dir():
-        raise SystemExit(f"class mode expected a folder of submissions (one sub-folder or notebook per "
-                         f"student); got {str(submissions)!r}, which is "
-                         f"{'a file' if submissions.exists() else 'missing'}. Pass the folder that holds "
-                         f"the students' submissions.")
-    entries, ignored = [], []
-    out_resolved = out.resolve() if out is not None else None
-    for p in sorted(submissions.iterdir()):
-        if _is_hidden(p) or p.name in _SKIP_DIRS or (out_resolved and p.resolve() == out_resolved):
-            continue
-        if p.is_dir() or (p.is_file() and p.suffix in SOURCE_SUFFIXES):
-            entries.append(p)
-        else:
-            ignored.append(p)
-    stems: dict[str, int] = {}
-    for p in entries:
-        key = p.name if p.is_dir() else p.stem
-        stems[key] = stems.get(key, 0) + 1
-    students, slugs = [], set()
-    for p in entries:
-        name = p.name if p.is_dir() or stems[p.stem] > 1 else p.stem
-        slug = re.sub(r"[^A-Za-z0-9._@+-]", "_", name) or "_"
-        base, k = slug, 2
-        while slug in slugs:  # two names that differ only in unsafe characters
-            slug, k = f"{base}-{k}", k + 1
-        slugs.add(slug)
-        students.append(Student(name=name, path=p, slug=slug))
-    return students, ignored
-
-
-def _source_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    found = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        found += [Path(root) / f for f in sorted(files) if not f.startswith(".")]
-    return found
-
-
-def content_hash(path: Path) -> str:
-    """sha256 over the submission's files (relative names and bytes)."""
-    h = hashlib.sha256()
-    base = path if path.is_dir() else path.parent
-    for f in _source_files(path):
-        h.update(str(f.relative_to(base)).encode() + b"\0")
-        try:
-            h.update(f.read_bytes())
-        except OSError as e:  # an unreadable file still changes the hash if it changes
-            h.update(f"<unreadable: {e}>".encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def grading_target(path: Path) -> Path | None:
-    """What to hand to the engine: the student's file or folder, or their ``exercises/``
-    when they submitted a whole clone of the template repository. None when there is
-    no notebook or .py file anywhere in it."""
-    if path.is_file():
-        return path
-    if not any(f.suffix in SOURCE_SUFFIXES for f in _source_files(path)):
-        return None
-    exercises = path / "exercises"
-    # A clone of the template repository also holds its own grader/ and attnmask/:
-    # only the student's exercises are theirs to be graded.
-    if exercises.is_dir() and any(f.suffix in SOURCE_SUFFIXES for f in _source_files(exercises)):
-        return exercises
-    return path
-
-
 def grader_fingerprint() -> str:
     """Hash of the grader's and the reference package's sources: a new grader regrades."""
     h = hashlib.sha256()
@@ -167,361 +103,6 @@ def grader_fingerprint() -> str:
         for f in sorted(root.rglob("*.py")):
             h.update(f.relative_to(root.parent).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
-
-
-# --------------------------------------------------------------------------- running
-
-
-@dataclass
-class RunResult:
-    returncode: int | None  # None when killed for time
-    timed_out: bool
-    seconds: float
-
-
-def run_limited(argv: Sequence[str], *, timeout: float, log: Path, env: dict[str, str] | None = None,
-                cwd: Path | None = None, cpus: set[int] | None = None) -> RunResult:
-    """Run ``argv`` in its own process group with stdout+stderr to ``log``; kill the whole
-    group when it runs past ``timeout`` seconds, and after it exits (stray children).
-    ``cpus``: the cores it (and every process it starts) may run on (Linux)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(list(argv), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True)
-        with _RUNNING_LOCK:
-            _RUNNING.add(proc.pid)
-        if cpus and hasattr(os, "sched_setaffinity"):
-            # Set before the grader starts its own worker (it is still importing Python by
-            # then), so the worker inherits it: the whole grading stays on these cores.
-            try:
-                os.sched_setaffinity(proc.pid, cpus)
-            except OSError:
-                pass
-        try:
-            timed_out = not _wait_unreaped(proc, timeout)
-        finally:
-            # The pid is not reaped yet (alive or a zombie), so it cannot have been reused:
-            # killing its group and its descendants cannot hit an unrelated process.
-            _kill_group(proc.pid)
-            with _RUNNING_LOCK:
-                _RUNNING.discard(proc.pid)
-        rc = proc.wait()
-    return RunResult(returncode=None if timed_out else rc, timed_out=timed_out,
-                     seconds=time.perf_counter() - t0)
-
-
-def _wait_unreaped(proc: subprocess.Popen, timeout: float) -> bool:
-    """Wait up to ``timeout`` s for ``proc`` to exit without reaping it; True if it exited."""
-    if not hasattr(os, "waitid"):  # no WNOWAIT here: fall back to reaping (macOS)
-        try:
-            proc.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    deadline = time.monotonic() + timeout
-    pause = 0.005
-    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-    return True
-
-
-# Process groups being graded: their own sessions do not receive the terminal's Ctrl-C,
-# so an interrupted class run kills them itself.
-_RUNNING: set[int] = set()
-_RUNNING_LOCK = threading.Lock()
-
-
-def kill_running() -> None:
-    with _RUNNING_LOCK:
-        for pgid in list(_RUNNING):
-            _kill_group(pgid)
-
-
-class Preloaded:
-    """Runs the engine's CLI (``grader.cli.main(ARGS)``, the same arguments as
-    ``python -m grader ARGS``) in processes forked from a server that has imported torch,
-    the reference and the grader once.
-
-    Half of a fresh ``python -m grader``'s CPU time is those imports; in a class they are
-    paid once instead of once per student. Each forked grading is what a fresh process
-    would be: its own session, its own log as stdout/stderr, no stdin, one thread, and the
-    same wall-time limit and whole-tree kill. The server is ``python -m grader.classroom
-    _forkserver``: single-threaded (fork is safe there), it forks on request and reports
-    each child's pid and exit status on its stdout.
-    """
-
-    def __init__(self) -> None:
-        env = single_thread_env()
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
-        self.server = subprocess.Popen([sys.executable, "-m", "grader.classroom", "_forkserver"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
-                                       bufsize=1)
-        self.lock = threading.Lock()
-        self.next_id = 0
-        self.started: dict[int, int] = {}
-        self.exited: dict[int, int] = {}
-        self.changed = threading.Condition(self.lock)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.server.stdout:
-            kind, rid, value = line.split()
-            with self.changed:
-                (self.started if kind == "started" else self.exited)[int(rid)] = int(value)
-                self.changed.notify_all()
-        with self.changed:  # the server is gone: nothing more will start or exit
-            self.changed.notify_all()
-
-    def _wait_for(self, table: dict[int, int], rid: int, timeout: float | None) -> int | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.changed:
-            while rid not in table:
-                if self.server.poll() is not None:
-                    raise RuntimeError(f"class mode's fork server stopped (exit {self.server.returncode})")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                self.changed.wait(0.5 if left is None else min(left, 0.5))
-            return table.pop(rid)
-
-    def run(self, args: Sequence[str], *, timeout: float, log: Path, cwd: Path,
-            cpus: set[int] | None = None) -> RunResult:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        with self.lock:
-            rid, self.next_id = self.next_id, self.next_id + 1
-            self.server.stdin.write(json.dumps({"id": rid, "args": list(args), "log": str(log),
-                                                "cwd": str(cwd)}) + "\n")
-            self.server.stdin.flush()
-        pid = self._wait_for(self.started, rid, None)
-        with _RUNNING_LOCK:
-            _RUNNING.add(pid)
-        if cpus and hasattr(os, "sched_setaffinity"):
-            try:
-                os.sched_setaffinity(pid, cpus)
-            except OSError:
-                pass
-        rc = None
-        try:
-            rc = self._wait_for(self.exited, rid, timeout)
-        finally:
-            if rc is None:  # past the limit (or interrupted): still running, so its pid is its own
-                _kill_group(pid)
-            with _RUNNING_LOCK:
-                _RUNNING.discard(pid)
-        timed_out = rc is None
-        if timed_out:
-            self._wait_for(self.exited, rid, None)
-        return RunResult(returncode=None if timed_out else rc, timed_out=timed_out,
-                         seconds=time.perf_counter() - t0)
-
-    def close(self) -> None:
-        """Stop the server and reap it (its children's CPU time then counts as ours)."""
-        try:
-            self.server.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.server.kill()
-            self.server.wait()
-
-
-def _forkserver() -> None:
-    """``python -m grader.classroom _forkserver``: import once, fork a grading per request."""
-    import select
-
-    import torch
-
-    torch.set_num_threads(1)
-    import attnmask  # noqa: F401 -- imported here once, for every child
-    from grader import cli, engine, report  # noqa: F401
-
-    children: dict[int, int] = {}  # pid -> request id
-    stdin = sys.stdin.fileno()
-    buf, eof = b"", False
-    while not eof or children:
-        ready, _, _ = select.select([] if eof else [stdin], [], [], 0.02)
-        if ready:
-            chunk = os.read(stdin, 65536)
-            eof = not chunk
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                req = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    _cli_in_child(req["args"], req["log"], req["cwd"])
-                children[pid] = req["id"]
-                print("started", req["id"], pid, flush=True)
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            print("exited", children.pop(pid), os.waitstatus_to_exitcode(status), flush=True)
-
-
-def _cli_in_child(args: list[str], log: str, cwd: str) -> None:
-    """Body of a forked grading: become a fresh-looking process, run the CLI, exit with its status."""
-    code = 1
-    try:
-        os.setsid()  # a session of its own, as start_new_session gives a subprocess
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        os.close(null)
-        os.chdir(cwd)
-        from grader import cli
-
-        code = cli.main(args)
-    except SystemExit as e:  # argparse's usage errors
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001 -- reported in the log, like a crashed interpreter
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(code)
-
-
-def _kill_group(pgid: int) -> None:
-    """Kill the process group ``pgid`` and every process descended from its leader,
-    including those that moved to sessions of their own (the grader's sandbox does), which
-    a kill of the group alone would leave running when the grader is stopped for time."""
-    for _ in range(2):  # a second pass for anything started while the first one ran
-        for pid in [pgid, *_descendants(pgid)]:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-
-
-def _descendants(root: int) -> list[int]:
-    """Processes descended from ``root``, from /proc (empty where there is no /proc)."""
-    children: dict[int, list[int]] = {}
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    for d in proc.iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def single_thread_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for one grading process: one BLAS/OpenMP thread, so N workers use
-    N cores instead of fighting over them."""
-    env = dict(os.environ if base is None else base)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
-        env[var] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("NO_COLOR", "1")
-    return env
-
-
-def log_tail(log: Path, limit: int = 300) -> str:
-    """The last meaningful line of a log, for a one-line message."""
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return ""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:limit] if lines else ""
-
-
-# --------------------------------------------------------------------------- results
-
-
-def read_results(path: Path) -> dict[str, Any] | None:
-    """A results.json as written by the engine, or None when missing or not valid."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("tests", []), list):
-        return None
-    if "score" not in data and not data.get("tests"):
-        return None
-    return data
-
-
-def failure_results(message: str) -> dict[str, Any]:
-    """A valid Gradescope results.json for a submission the grader could not grade."""
-    return {"score": 0.0, "output": message, "tests": [], "extra_data": {"failure": message}}
-
-
-def total_score(results: dict[str, Any]) -> float:
-    if "score" in results:
-        return float(results["score"])
-    return float(sum(float(t.get("score", 0) or 0) for t in results.get("tests", [])))
-
-
-def max_score(results: dict[str, Any]) -> float | None:
-    if results.get("max_score") is not None:
-        return float(results["max_score"])
-    tests = results.get("tests", [])
-    if tests and all(t.get("max_score") is not None for t in tests):
-        return float(sum(float(t["max_score"]) for t in tests))
-    return None
-
-
-def exercise_of(test_name: str, exercises: Sequence[str]) -> str | None:
-    """The contract function a test entry is about: its name contains the function name
-    as a whole identifier ("attention" does not match "multi_head_attention")."""
-    hits = [e for e in exercises if re.search(rf"(?<![A-Za-z0-9_]){re.escape(e)}(?![A-Za-z0-9_])", test_name)]
-    return max(hits, key=len) if hits else None
-
-
-def per_exercise(results: dict[str, Any], exercises: Sequence[str]) -> dict[str, float]:
-    scores: dict[str, float] = {}
-    for t in results.get("tests", []):
-        ex = exercise_of(str(t.get("name", "")), exercises)
-        if ex is not None:
-            scores[ex] = scores.get(ex, 0.0) + float(t.get("score", 0) or 0)
-    return scores
-
-
-def summarize(results: dict[str, Any], exercises: Sequence[str], limit: int = 300) -> str:
-    """One line: what cost the student points, after the grader's notes on the whole
-    submission (e.g. a file that ran too long at import), which say why better."""
-    notes = [ln.strip() for ln in str(results.get("output", "")).splitlines()
-             if ln.strip().lower().startswith(("note:", "error:", "warning:"))]
-    lost = []
-    for t in results.get("tests", []):
-        score, top = float(t.get("score", 0) or 0), t.get("max_score")
-        if top is not None and score < float(top):
-            first = next((ln.strip() for ln in str(t.get("output", "")).splitlines() if ln.strip()), "")
-            ex = exercise_of(str(t.get("name", "")), exercises) or str(t.get("name", "?"))
-            lost.append(f"{ex}: {first}" if first else ex)
-    if not lost:
-        if not results.get("tests") and results.get("output"):
-            return str(results["output"]).strip().splitlines()[0][:limit]
-        return "full marks"
-    line = "; ".join(notes + lost)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------- class mode
@@ -629,9 +210,6 @@ class Manifest:
             tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
             tmp.replace(self.path)  # a killed run never leaves half a manifest
 
-
-def _fmt(x: float | None) -> str:
-    return "" if x is None else f"{x:.2f}".rstrip("0").rstrip(".")
 
 
 def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
@@ -870,112 +448,6 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     print_summary(rows, seed=seed, out=out, wall=time.perf_counter() - t0, jobs=args.jobs)
     return 0
 
-
-# --------------------------------------------------------------------------- GitHub Classroom
-
-
-def classroom_result(results: dict[str, Any] | None, *, missing: str = "") -> dict[str, Any]:
-    """Gradescope results.json -> the JSON that ``autograding-grading-reporter`` reads.
-
-    The reporter sums ``tests[].score`` against the top-level ``max_score`` and posts
-    "Points X/Y" for GitHub Classroom; a test is ``pass`` only at full marks.
-    """
-    if results is None:
-        message = missing or "the grader wrote no results.json"
-        return {"version": 1, "status": "error", "max_score": 0,
-                "tests": [{"name": "grader", "status": "error", "score": 0, "message": message,
-                           "test_code": "", "filename": "", "line_no": 0, "execution_time": ""}]}
-    tests = []
-    for t in results.get("tests", []):
-        score, top = float(t.get("score", 0) or 0), float(t.get("max_score", 0) or 0)
-        tests.append({"name": str(t.get("name", "")), "status": "pass" if score >= top else "fail",
-                      "score": score, "message": str(t.get("output", ""))[:4000], "test_code": "",
-                      "filename": "", "line_no": 0, "execution_time": ""})
-    if not tests:  # e.g. a corrupt notebook: one failing entry that says why
-        tests.append({"name": "submission", "status": "fail", "score": total_score(results),
-                      "message": str(results.get("output", "nothing was graded")), "test_code": "",
-                      "filename": "", "line_no": 0, "execution_time": ""})
-    top = max_score(results) or 0.0
-    status = "pass" if tests and all(t["status"] == "pass" for t in tests) else "fail"
-    return {"version": 1, "status": status, "max_score": top, "tests": tests}
-
-
-def gh_outputs_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m grader.classroom gh-outputs",
-        description="Write the base64 `result` output for classroom-resources/autograding-grading-reporter "
-                    "from a results.json (to $GITHUB_OUTPUT when set, and to stdout).")
-    p.add_argument("results", type=Path)
-    p.add_argument("--github-output", type=Path, default=os.environ.get("GITHUB_OUTPUT") or None,
-                   help="file to append `result=...` to (default: $GITHUB_OUTPUT)")
-    args = p.parse_args(argv)
-    results = read_results(args.results)
-    payload = classroom_result(results, missing=f"{args.results} is missing or not valid JSON: the grader "
-                                                f"did not finish (see the grading step's log)")
-    encoded = base64.b64encode(json.dumps(payload).encode()).decode()
-    line = f"result={encoded}"
-    if args.github_output is not None:
-        with open(args.github_output, "a") as fh:
-            fh.write(line + "\n")
-    print(line)
-    total = sum(t["score"] for t in payload["tests"])
-    print(f"Points {_fmt(total)}/{_fmt(payload['max_score'])}", file=sys.stderr)
-    return 0
-
-
-# --------------------------------------------------------------------------- template repo
-
-#: What a student's template repository holds. No solutions/, no tests/, no book/.
-TEMPLATE_PATHS = ("exercises", "attnmask", "grader", "pyproject.toml", "README.md")
-#: Development tools in requirements.txt that grading never imports; left out of the
-#: student template and the Gradescope image, which install on every run or build.
-DEV_ONLY = {"jupyter-book", "nbval", "pytest", "pytest-xdist", "pytest-benchmark", "hypothesis", "ruff"}
-
-
-def runtime_requirements(text: str, *, keep_editable: bool = True) -> str:
-    """requirements.txt without the development-only tools (pins kept verbatim)."""
-    out = []
-    for line in text.splitlines():
-        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
-        name = m.group(1).lower().replace("_", "-").replace(".", "-") if m else None
-        if name in DEV_ONLY:
-            continue
-        if line.strip().startswith("-e") and not keep_editable:
-            continue
-        out.append(line)
-    return "\n".join(out) + "\n"
-
-
-def build_template(repo: Path, dest: Path) -> Path:
-    """Copy what the student template repository needs, plus the ready workflow."""
-    if dest.exists() and any(dest.iterdir()):
-        raise SystemExit(f"{dest} is not empty; expected a new or empty folder for the template repository.")
-    for rel in TEMPLATE_PATHS:
-        src = repo / rel
-        if not src.exists():
-            raise SystemExit(f"{src} is missing; expected the course repository at {repo} "
-                             f"(run this from the repository root).")
-        if src.is_dir():
-            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc",
-                                                                           ".ipynb_checkpoints"))
-        else:
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    (dest / "requirements.txt").write_text(runtime_requirements((repo / "requirements.txt").read_text()))
-    shutil.copytree(repo / "classroom" / "github", dest, dirs_exist_ok=True)
-    return dest
-
-
-def template_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.classroom template",
-                                description="Build the GitHub Classroom student template repository.")
-    p.add_argument("dest", type=Path)
-    p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent)
-    args = p.parse_args(argv)
-    build_template(args.repo, args.dest)
-    print(f"template repository written to {args.dest}: {', '.join(TEMPLATE_PATHS)}, requirements.txt, "
-          f".github/workflows/classroom.yml")
-    return 0
 
 
 _COMMANDS = {"class": main, "gh-outputs": gh_outputs_main, "template": template_main}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import classroom
+from grader import classroom, processes
 from grader.classroom import discover, exercise_of, grade_class, runtime_requirements
 
 REPO = Path(__file__).resolve().parent.parent
@@ -478,13 +478,13 @@ def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, 
     (subs / "hank.py").write_text("import time\n\n\ndef causal_mask(n, *, device=time.sleep(10**6)):\n"
                                   "    pass\n")
     killed: list[int] = []
-    kill = classroom._kill_group
+    kill = processes._kill_group
 
     def recording_kill(pgid: int) -> None:
-        killed.extend(classroom._descendants(pgid))
+        killed.extend(processes._descendants(pgid))
         kill(pgid)
 
-    monkeypatch.setattr(classroom, "_kill_group", recording_kill)
+    monkeypatch.setattr(processes, "_kill_group", recording_kill)
     rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=6, progress=False,
                        extra=["--exercise", "causal_mask", "--timeout", "60"])
     assert rows[0].status == "timeout" and "longer than 6 s" in rows[0].message

@@ -1,0 +1,102 @@
+"""Who is in the class: one student per sub-folder or notebook of SUBMISSIONS_DIR.
+
+:func:`discover` names the students and gives each a safe output folder,
+:func:`content_hash` fingerprints a submission's files (so an unchanged one is not
+regraded) and :func:`grading_target` picks what of a submission the engine grades.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Files the engine grades; anything else in SUBMISSIONS_DIR is not a student.
+SOURCE_SUFFIXES = (".ipynb", ".py")
+#: Folders that never belong to a submission's content (editor and VCS debris).
+_SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".git"}
+
+
+@dataclass
+class Student:
+    name: str  # as it appears in grades.csv: folder name or file stem
+    path: Path  # the sub-folder or file in SUBMISSIONS_DIR
+    slug: str  # safe folder name for OUT/slug/
+
+
+def _is_hidden(p: Path) -> bool:
+    return p.name.startswith(".")
+
+
+def discover(submissions: Path, out: Path | None = None) -> tuple[list[Student], list[Path]]:
+    """Students of SUBMISSIONS_DIR, sorted by name, and the entries that are not students."""
+    if not submissions.is_dir():
+        raise SystemExit(f"class mode expected a folder of submissions (one sub-folder or notebook per "
+                         f"student); got {str(submissions)!r}, which is "
+                         f"{'a file' if submissions.exists() else 'missing'}. Pass the folder that holds "
+                         f"the students' submissions.")
+    entries, ignored = [], []
+    out_resolved = out.resolve() if out is not None else None
+    for p in sorted(submissions.iterdir()):
+        if _is_hidden(p) or p.name in _SKIP_DIRS or (out_resolved and p.resolve() == out_resolved):
+            continue
+        if p.is_dir() or (p.is_file() and p.suffix in SOURCE_SUFFIXES):
+            entries.append(p)
+        else:
+            ignored.append(p)
+    stems: dict[str, int] = {}
+    for p in entries:
+        key = p.name if p.is_dir() else p.stem
+        stems[key] = stems.get(key, 0) + 1
+    students, slugs = [], set()
+    for p in entries:
+        name = p.name if p.is_dir() or stems[p.stem] > 1 else p.stem
+        slug = re.sub(r"[^A-Za-z0-9._@+-]", "_", name) or "_"
+        base, k = slug, 2
+        while slug in slugs:  # two names that differ only in unsafe characters
+            slug, k = f"{base}-{k}", k + 1
+        slugs.add(slug)
+        students.append(Student(name=name, path=p, slug=slug))
+    return students, ignored
+
+
+def _source_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        found += [Path(root) / f for f in sorted(files) if not f.startswith(".")]
+    return found
+
+
+def content_hash(path: Path) -> str:
+    """sha256 over the submission's files (relative names and bytes)."""
+    h = hashlib.sha256()
+    base = path if path.is_dir() else path.parent
+    for f in _source_files(path):
+        h.update(str(f.relative_to(base)).encode() + b"\0")
+        try:
+            h.update(f.read_bytes())
+        except OSError as e:  # an unreadable file still changes the hash if it changes
+            h.update(f"<unreadable: {e}>".encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def grading_target(path: Path) -> Path | None:
+    """What to hand to the engine: the student's file or folder, or their ``exercises/``
+    when they submitted a whole clone of the template repository. None when there is
+    no notebook or .py file anywhere in it."""
+    if path.is_file():
+        return path
+    if not any(f.suffix in SOURCE_SUFFIXES for f in _source_files(path)):
+        return None
+    exercises = path / "exercises"
+    # A clone of the template repository also holds its own grader/ and attnmask/:
+    # only the student's exercises are theirs to be graded.
+    if exercises.is_dir() and any(f.suffix in SOURCE_SUFFIXES for f in _source_files(exercises)):
+        return exercises
+    return path
