@@ -1,18 +1,30 @@
 """Plain data from the worker to the trusted process, and nothing else.
 
-The worker writes with ``torch.save``; the parent reads with
-``torch.load(weights_only=True)`` (no code runs while unpickling) and then
-re-validates every value with :func:`plain`: only ``type(t) is torch.Tensor``
-(strided, on the CPU), numbers, strings, None, and tuples/lists/dicts of them
-pass. Anything else -- a tensor subclass, a forged object, a file too big --
-becomes a :class:`ChannelError` with a plain message, which fails the check it
-belongs to. Student code can write whatever it likes into these files: the
-worst it can forge is its own function's return value.
+A file is ``MAGIC``, the length of a pickle, the pickle, then the raw bytes of
+every tensor. The pickle holds only containers, numbers and strings; each
+tensor in it is a persistent id ``("tensor", dtype, shape, offset, nbytes)``
+pointing into the raw bytes. Reading uses a restricted unpickler: it resolves
+no global but ``complex`` (so no code runs while loading) and rebuilds tensors
+itself from validated dtypes, shapes and byte ranges -- the same guarantee as
+``torch.load(weights_only=True)``, several times faster on the many small
+files a grading writes.
+
+After loading, :func:`plain` re-validates every value: only
+``type(t) is torch.Tensor`` (strided, on the CPU), numbers, strings, None, and
+tuples/lists/dicts of them pass, within a depth and a node budget (shared
+references cannot make a small file expensive to walk). Anything else -- a
+forged object, a malformed header, a file too big -- becomes a
+:class:`ChannelError` with a plain message, which fails the check it belongs
+to. Student code can write whatever it likes into these files: the worst it
+can forge is its own function's return value.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
+import struct
 from typing import Any
 
 import torch
@@ -21,18 +33,87 @@ from .spec import NotATensor, Outcome
 
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 32
+MAX_NODES = 200_000  # values visited by plain() in one file
 MAX_STRING = 100_000
+MAGIC = b"attnmask-channel-1\n"
 _NOT_A_TENSOR = "__not_a_tensor__"
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)}
 
 
 class ChannelError(Exception):
     """What came back from the worker is not plain data."""
 
 
+class _Writer(pickle.Pickler):
+    """Pickles containers; puts each tensor's bytes after the pickle (see the module's docstring)."""
+
+    def __init__(self, file, raw: list[bytes]):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.raw, self.offset = raw, 0
+
+    def persistent_id(self, obj: Any) -> Any:
+        if not isinstance(obj, torch.Tensor):
+            return None
+        t = obj.detach().cpu().contiguous().reshape(-1)
+        if t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        name = str(obj.dtype).removeprefix("torch.")
+        if name not in _DTYPES:
+            raise TypeError(f"tensors of dtype {obj.dtype} cannot come back")
+        data = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        pid = ("tensor", name, [int(n) for n in obj.shape], self.offset, len(data))
+        self.raw.append(data)
+        self.offset += len(data)
+        return pid
+
+
+class _Reader(pickle.Unpickler):
+    def __init__(self, file, raw: memoryview):
+        super().__init__(file)
+        self.raw = raw
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "complex"):
+            return complex
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+    def persistent_load(self, pid: Any) -> torch.Tensor:
+        if type(pid) is not tuple or len(pid) != 5 or pid[0] != "tensor":
+            raise pickle.UnpicklingError("a malformed tensor record")
+        _, name, shape, offset, nbytes = pid
+        dtype = _DTYPES.get(name) if type(name) is str else None
+        if dtype is None:
+            raise pickle.UnpicklingError(f"tensor dtype {name!r} is not allowed")
+        if type(shape) is not list or len(shape) > 64 or any(type(n) is not int or n < 0 for n in shape):
+            raise pickle.UnpicklingError("a malformed tensor shape")
+        numel = 1
+        for n in shape:
+            numel *= n
+        size = 1 if dtype == torch.bool else torch.empty((), dtype=dtype).element_size()
+        if (type(offset) is not int or type(nbytes) is not int or offset < 0 or nbytes != numel * size
+                or offset + nbytes > len(self.raw)):
+            raise pickle.UnpicklingError("a tensor's bytes do not match its shape")
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)
+        flat = torch.frombuffer(bytearray(self.raw[offset:offset + nbytes]), dtype=torch.uint8)
+        if dtype == torch.bool:
+            return (flat != 0).reshape(shape)  # any byte but 0 is True: no invalid bools
+        return flat.view(dtype).reshape(shape)
+
+
 def send(obj: Any, path: str) -> None:
     """Worker side: write ``obj`` atomically (readers never see half a file)."""
+    raw: list[bytes] = []
+    buf = io.BytesIO()
+    _Writer(buf, raw).dump(obj)
     tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + struct.pack("<Q", buf.tell()))
+        f.write(buf.getbuffer())
+        for data in raw:
+            f.write(data)
     os.replace(tmp, path)
 
 
@@ -46,16 +127,30 @@ def receive(path: str) -> Any:
         raise ChannelError(f"the returned values take {size // 2**20} MiB; "
                            f"the limit is {MAX_FILE_BYTES // 2**20} MiB")
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        head = len(MAGIC) + 8
+        if len(data) < head or not data.startswith(MAGIC):
+            raise ValueError("not a channel file")
+        (n,) = struct.unpack("<Q", data[len(MAGIC):head])
+        if n > len(data) - head:
+            raise ValueError("truncated")
+        view = memoryview(data)
+        obj = _Reader(io.BytesIO(view[head:head + n]), view[head + n:]).load()
     except Exception as e:  # noqa: BLE001 -- any unpickling failure means "not plain data"
         raise ChannelError(f"the returned values are not plain data ({type(e).__name__})") from None
-    return plain(data)
+    return plain(obj, budget=[MAX_NODES])
 
 
-def plain(x: Any, depth: int = 0) -> Any:
-    """A validated copy of ``x``; raises :class:`ChannelError` on anything not plain."""
+def plain(x: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+    """A validated copy of ``x``; raises :class:`ChannelError` on anything not plain.
+    ``budget``: how many more values may be visited (one-element list, shared down the walk)."""
     if depth > MAX_DEPTH:
         raise ChannelError(f"the returned values nest deeper than {MAX_DEPTH} levels")
+    if budget is not None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ChannelError(f"the returned values hold more than {MAX_NODES} items")
     if x is None or type(x) in (bool, int, float, complex):
         return x
     if type(x) is str:
@@ -68,14 +163,14 @@ def plain(x: Any, depth: int = 0) -> Any:
                                "only dense CPU tensors come back")
         return x.detach()
     if type(x) in (tuple, list):
-        items = [plain(v, depth + 1) for v in x]
+        items = [plain(v, depth + 1, budget) for v in x]
         return tuple(items) if type(x) is tuple else items
     if type(x) is dict:
         out = {}
         for k, v in x.items():
             if type(k) not in (str, int):
                 raise ChannelError(f"a dict key of type {type(k).__name__} came back")
-            out[k] = plain(v, depth + 1)
+            out[k] = plain(v, depth + 1, budget)
         return out
     raise ChannelError(f"a value of type {type(x).__name__} came back; only plain data may")
 

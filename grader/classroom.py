@@ -72,6 +72,7 @@ from .roster import SOURCE_SUFFIXES as SOURCE_SUFFIXES
 from .roster import Student, content_hash, discover, grading_target
 from .scores import _fmt, failure_results, max_score, per_exercise, read_results, summarize, total_score
 from .scores import exercise_of as exercise_of
+from .zygote import Zygote
 
 MANIFEST_VERSION = 1
 DEFAULT_TIMEOUT = 300.0
@@ -287,7 +288,12 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
                   TimeElapsedColumn(), console=console, disable=not progress or not todo) as bar:
         task = bar.add_task(f"{len(todo)} of {len(students)} students ({jobs} workers)", total=len(todo))
         cores = _core_pool(jobs) if pin else None
-        preloaded = Preloaded() if preload and command is engine_command and todo else None
+        # Gradings forked from a server with the grader imported, and their sandboxed workers
+        # forked from a zygote with torch imported (never the reference or the cases).
+        zyg = Zygote() if preload and command is engine_command and todo else None
+        preloaded = Preloaded(zyg.env()) if zyg is not None else None
+        if zyg is not None:
+            zyg.wait_ready()  # both import torch meanwhile
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         job = dict(seed=seed, timeout=timeout, extra=extra, command=command, exercises=exercises, cores=cores,
                    preloaded=preloaded)
@@ -312,12 +318,14 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
             kill_running()
             if preloaded is not None:
                 preloaded.close()
+                zyg.close()
             print(f"\ninterrupted after {len(rows) - (len(students) - len(todo))} of {len(todo)} students; "
                   f"run the same command again to grade the rest", file=sys.stderr)
             raise
         pool.shutdown()
         if preloaded is not None:
             preloaded.close()
+            zyg.close()
     ordered = [rows[s.slug] for s in students]
     write_csv(ordered, out / "grades.csv", exercises)
     return ordered

@@ -106,8 +106,9 @@ class Preloaded:
     each child's pid and exit status on its stdout.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         env = single_thread_env()
+        env.update(extra_env or {})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
         self.server = subprocess.Popen([sys.executable, "-m", "grader.classroom", "_forkserver"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
@@ -193,6 +194,15 @@ def _forkserver() -> None:
     torch.set_num_threads(1)
     import attnmask  # noqa: F401 -- imported here once, for every child
     from grader import cli, engine, report  # noqa: F401
+
+    engine.load_registry()  # the checks and their judges
+    # What a grading imports on the way (the sandbox's side, the report's rich console).
+    import rich.console  # noqa: F401
+    import rich.progress  # noqa: F401
+    import rich.table  # noqa: F401
+    import rich.text  # noqa: F401
+
+    from grader import channel, diagnose, integrity, sandbox, worker  # noqa: F401
 
     children: dict[int, int] = {}  # pid -> request id
     stdin = sys.stdin.fileno()

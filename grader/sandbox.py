@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import zygote
+
 #: Environment variables a worker may see: nothing secret (no GRADER_SEED, no tokens).
 ENV_ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH",
                "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES")
@@ -304,14 +306,19 @@ class Worker:
         read_fd, write_fd = os.pipe()
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
-        # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
-        flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
-        self.proc = subprocess.Popen(
-            [sys.executable, *flags, "-m", "grader.worker", str(write_fd), *switch],
-            stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
-            cwd=self.work, env=worker_env(self.work), start_new_session=True,
-            pass_fds=(write_fd,), close_fds=True,
-        )
+        # In a class run, forked from the zygote (torch already imported); else a fresh interpreter.
+        self.proc: subprocess.Popen | zygote.Forked | None = zygote.spawn(
+            stdout=self._stdout.fileno(), stderr=self._stderr.fileno(), status=write_fd, cwd=self.work,
+            env=worker_env(self.work), switch=switch)
+        if self.proc is None:
+            # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
+            flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
+            self.proc = subprocess.Popen(
+                [sys.executable, *flags, "-m", "grader.worker", str(write_fd), *switch],
+                stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
+                cwd=self.work, env=worker_env(self.work), start_new_session=True,
+                pass_fds=(write_fd,), close_fds=True,
+            )
         os.close(write_fd)
         self.status = read_fd
         self._buf = b""

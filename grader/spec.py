@@ -7,7 +7,7 @@ a ``judge`` that turns what came back into a :class:`Verdict`.
 Calls run wherever the student's code runs (a sandboxed worker process for the
 CLI, the student's own kernel for the in-notebook ``check``). Only plain data
 crosses that boundary: tensors, ints, floats, bools, strings, None, and
-lists/tuples/dicts of them, i.e. what ``torch.load(weights_only=True)`` accepts.
+lists/tuples/dicts of them (see :mod:`grader.channel`).
 Judges run in the trusted process; they never see student objects, only
 :class:`Outcome` s built from that data.
 """

@@ -271,17 +271,27 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
     status.send(f"done {ei}")
 
 
-def main() -> None:
-    status = _Status(int(sys.argv[1]))
+def prepare() -> None:
+    """What every worker does before its job arrives (the zygote does it once for all)."""
     _defer_dynamo()
     # The parent is still building the checks: use the time (and keep it off the exercises' clocks).
     _warm_up_meta()
+
+
+def main() -> None:
+    prepare()
+    serve(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
+
+
+def serve(status_fd: int, switch: str | None) -> None:
+    """Read the job from stdin, become ``switch`` (UID:GID:KEEP) if given, run it; never returns."""
+    status = _Status(status_fd)
     job: Job = pickle.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- the student's stdin is empty
-    if len(sys.argv) > 2:
-        _switch_user(sys.argv[2])
+    if switch:
+        _switch_user(switch)
     status.send("ready " + ",".join(map(str, os.getresuid())))
 
     _set_limits(job)

@@ -470,24 +470,37 @@ def test_ctrl_c_stops_the_class_at_once_and_a_rerun_resumes(tmp_path, fake):
     assert list(manifest["students"]) == ["alice"]  # finished rows kept; the others will be regraded
 
 
-def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, monkeypatch):
+@pytest.mark.parametrize("preload", [True, False], ids=["forked", "fresh"])
+def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, monkeypatch, preload):
     """The grader itself runs too long: class mode stops it, and its sandbox (in a session
-    of its own) with it."""
+    of its own) with it -- a descendant of the grading, or of the zygote it was forked from."""
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "hank.py").write_text("import time\n\n\ndef causal_mask(n, *, device=time.sleep(10**6)):\n"
                                   "    pass\n")
     killed: list[int] = []
+    zygotes: list[classroom.Zygote] = []
     kill = processes._kill_group
+
+    class RecordingZygote(classroom.Zygote):
+        def __init__(self) -> None:
+            super().__init__()
+            zygotes.append(self)
 
     def recording_kill(pgid: int) -> None:
         killed.extend(processes._descendants(pgid))
+        for z in zygotes:
+            killed.extend(processes._descendants(z.proc.pid))
         kill(pgid)
 
     monkeypatch.setattr(processes, "_kill_group", recording_kill)
-    rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=6, progress=False,
+    monkeypatch.setattr(classroom, "Zygote", RecordingZygote)
+    rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=6, progress=False, preload=preload,
                        extra=["--exercise", "causal_mask", "--timeout", "60"])
     assert rows[0].status == "timeout" and "longer than 6 s" in rows[0].message
     assert killed, "the grader had started its sandbox: there was a tree to kill"
-    time.sleep(0.2)
+    assert len(zygotes) == (1 if preload else 0)
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not any(_alive(p) for p in killed)

@@ -200,25 +200,106 @@ def test_channel_round_trips_outcomes(tmp_path):
 
 
 class _Forged:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
     def __reduce__(self):
-        return (os.system, ("echo pwned",))
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _channel_file(path: Path, obj, raw: bytes = b"", protocol: int = pickle.HIGHEST_PROTOCOL) -> None:
+    """A file in the channel's framing around an arbitrary pickle, as a forger would write it."""
+    body = pickle.dumps(obj, protocol=protocol)
+    path.write_bytes(channel.MAGIC + len(body).to_bytes(8, "little") + body + raw)
+
+
+def test_channel_round_trips_every_plain_kind(tmp_path):
+    t = torch.arange(12.0).reshape(3, 4).T  # not contiguous
+    obj = [{"t": t, 7: (torch.tensor([True, False]), torch.zeros(0, 3), torch.tensor(2.5),
+                        torch.tensor([1.5, -2.0], dtype=torch.bfloat16), torch.tensor([1 + 2j]),
+                        torch.arange(3, dtype=torch.int8)),
+            "c": 1 + 2j, "n": None, "f": float("inf"), "s": "héllo", "b": False}]
+    channel.send(obj, str(tmp_path / "x"))
+    back = channel.receive(str(tmp_path / "x"))
+    assert torch.equal(back[0]["t"], t) and back[0]["t"].shape == (4, 3)
+    for got, want in zip(back[0][7], obj[0][7]):
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+    assert {k: v for k, v in back[0].items() if k not in ("t", 7)} == {k: v for k, v in obj[0].items()
+                                                                        if k not in ("t", 7)}
+    assert type(back[0][7]) is tuple
 
 
 def test_channel_refuses_objects_and_subclasses(tmp_path):
-    path = tmp_path / "forged.pt"
-    path.write_bytes(pickle.dumps([_Forged()], protocol=2))
-    with pytest.raises(channel.ChannelError):
+    path, marker = tmp_path / "forged.pt", tmp_path / "pwned"
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        _channel_file(path, [_Forged(marker)], protocol=protocol)
+        with pytest.raises(channel.ChannelError, match="not plain data"):
+            channel.receive(str(path))
+    assert not marker.exists(), "unpickling ran code"
+    _channel_file(path, [torch.nn.Parameter(torch.ones(2))])  # a tensor pickled the usual way
+    with pytest.raises(channel.ChannelError, match="not plain data"):
         channel.receive(str(path))
-    torch.save([torch.nn.Parameter(torch.ones(2))], path)
-    with pytest.raises(channel.ChannelError, match="Parameter"):
+    torch.save([torch.ones(2)], path)  # not our framing at all
+    with pytest.raises(channel.ChannelError):
         channel.receive(str(path))
     with pytest.raises(channel.ChannelError):
         channel.outcome_from_data({"error": 3})
 
 
+class _Record:
+    """Pickles as a persistent id (a tensor record), as a forger could write one."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+
+def _forged_records(path: Path, pids: list, raw: bytes) -> None:
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            return obj.pid if isinstance(obj, _Record) else None
+
+    import io
+
+    buf = io.BytesIO()
+    P(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([_Record(p) for p in pids])
+    body = buf.getvalue()
+    path.write_bytes(channel.MAGIC + len(body).to_bytes(8, "little") + body + raw)
+
+
+@pytest.mark.parametrize("pid, why", [
+    (("tensor", "float32", [4], 0, 16), "more bytes than the file holds"),
+    (("tensor", "float32", [2], 0, 7), "byte count not the shape's"),
+    (("tensor", "float32", [-1], 0, 0), "negative size"),
+    (("tensor", "object", [1], 0, 8), "dtype not on the list"),
+    (("tensor", "float32", [1], -4, 4), "negative offset"),
+    (("module", "os", "system"), "not a tensor record"),
+    (("tensor", "float32", "2", 0, 8), "shape not a list"),
+])
+def test_channel_refuses_malformed_tensor_records(tmp_path, pid, why):
+    _forged_records(tmp_path / "f", [pid], b"\0" * 8)
+    with pytest.raises(channel.ChannelError, match="not plain data"):
+        channel.receive(str(tmp_path / "f"))
+
+
+def test_channel_forged_bools_are_bools(tmp_path):
+    _forged_records(tmp_path / "f", [("tensor", "bool", [3], 0, 3)], bytes([0, 2, 255]))
+    (t,) = channel.receive(str(tmp_path / "f"))
+    assert t.dtype == torch.bool and t.tolist() == [False, True, True] and t.to(torch.uint8).max() == 1
+
+
+def test_channel_shared_references_cannot_make_a_small_file_expensive(tmp_path):
+    node: list = [1]
+    for _ in range(30):  # 2**30 leaves when walked, 30 objects when pickled
+        node = [node, node]
+    _channel_file(tmp_path / "dag", node)
+    assert (tmp_path / "dag").stat().st_size < 1000
+    with pytest.raises(channel.ChannelError, match="items"):
+        channel.receive(str(tmp_path / "dag"))
+
+
 def test_channel_refuses_oversized_files(tmp_path, monkeypatch):
     monkeypatch.setattr(channel, "MAX_FILE_BYTES", 1000)
-    torch.save(torch.zeros(1000), tmp_path / "big.pt")
+    channel.send(torch.zeros(1000), str(tmp_path / "big.pt"))
     with pytest.raises(channel.ChannelError, match="limit"):
         channel.receive(str(tmp_path / "big.pt"))
 
