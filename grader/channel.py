@@ -1,19 +1,25 @@
 """Plain data from the worker to the trusted process, and nothing else.
 
-A file is ``MAGIC``, the length of a pickle, the pickle, then the raw bytes of
+A record is ``MAGIC``, the length of a pickle, the pickle, then the raw bytes of
 every tensor. The pickle holds only containers, numbers and strings; each
 tensor in it is a persistent id ``("tensor", dtype, shape, offset, nbytes)``
 pointing into the raw bytes. Reading uses a restricted unpickler: it resolves
 no global but ``complex`` (so no code runs while loading) and rebuilds tensors
 itself from validated dtypes, shapes and byte ranges -- the same guarantee as
-``torch.load(weights_only=True)``, several times faster on the many small
-files a grading writes.
+``torch.load(weights_only=True)``, several times faster on small records.
+
+The worker appends its records to a :class:`Log` (``PID.0.bin``, ``PID.1.bin``,
+... in its ``out`` folder, a new file before one would pass
+``MAX_FILE_BYTES``) and announces each complete one as ``PID.N OFFSET LENGTH``
+on its status pipe; one file per worker instead of one per check, because
+creating a file costs about a millisecond on a slow disk and a grading writes
+a hundred records. The parent reads exactly that range (:func:`decode`).
 
 After loading, :func:`plain` re-validates every value: only
 ``type(t) is torch.Tensor`` (strided, on the CPU), numbers, strings, None, and
 tuples/lists/dicts of them pass, within a depth and a node budget (shared
-references cannot make a small file expensive to walk). Anything else -- a
-forged object, a malformed header, a file too big -- becomes a
+references cannot make a small record expensive to walk). Anything else -- a
+forged object, a malformed header, a record too big -- becomes a
 :class:`ChannelError` with a plain message, which fails the check it belongs
 to. Student code can write whatever it likes into these files: the worst it
 can forge is its own function's return value.
@@ -103,35 +109,23 @@ class _Reader(pickle.Unpickler):
         return flat.view(dtype).reshape(shape)
 
 
-def send(obj: Any, path: str) -> None:
-    """Worker side: write ``obj`` atomically (readers never see half a file)."""
+def encode(obj: Any) -> bytes:
+    """One record: ``obj`` (plain data) in the format above."""
     raw: list[bytes] = []
     buf = io.BytesIO()
     _Writer(buf, raw).dump(obj)
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(MAGIC + struct.pack("<Q", buf.tell()))
-        f.write(buf.getbuffer())
-        for data in raw:
-            f.write(data)
-    os.replace(tmp, path)
+    return b"".join([MAGIC, struct.pack("<Q", buf.tell()), buf.getvalue(), *raw])
 
 
-def receive(path: str) -> Any:
-    """Parent side: load and validate ``path``; raise :class:`ChannelError` on anything odd."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        raise ChannelError("the worker wrote no result") from None
-    if size > MAX_FILE_BYTES:
-        raise ChannelError(f"the returned values take {size // 2**20} MiB; "
+def decode(data: bytes) -> Any:
+    """Parent side: the validated value of one record; :class:`ChannelError` on anything odd."""
+    if len(data) > MAX_FILE_BYTES:
+        raise ChannelError(f"the returned values take {len(data) // 2**20} MiB; "
                            f"the limit is {MAX_FILE_BYTES // 2**20} MiB")
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
         head = len(MAGIC) + 8
         if len(data) < head or not data.startswith(MAGIC):
-            raise ValueError("not a channel file")
+            raise ValueError("not a channel record")
         (n,) = struct.unpack("<Q", data[len(MAGIC):head])
         if n > len(data) - head:
             raise ValueError("truncated")
@@ -140,6 +134,58 @@ def receive(path: str) -> Any:
     except Exception as e:  # noqa: BLE001 -- any unpickling failure means "not plain data"
         raise ChannelError(f"the returned values are not plain data ({type(e).__name__})") from None
     return plain(obj, budget=[MAX_NODES])
+
+
+class Log:
+    """Worker side: records appended to ``PID.N.bin`` files in ``folder`` (shared by the
+    workers of one grading: each writes its own files)."""
+
+    def __init__(self, folder: str):
+        self.folder, self.index, self.fd = folder, -1, -1
+        self.name = ""
+
+    def _next_file(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.index += 1
+        self.name = f"{os.getpid()}.{self.index}"
+        self.fd = os.open(os.path.join(self.folder, f"{self.name}.bin"),
+                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+
+    def append(self, obj: Any) -> str:
+        """Write one record; ``"PID.N OFFSET LENGTH"`` to announce it by (once it is complete)."""
+        data = encode(obj)
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"the returned values take {len(data) // 2**20} MiB; "
+                             f"the limit is {MAX_FILE_BYTES // 2**20} MiB")
+        if self.fd < 0 or os.lseek(self.fd, 0, os.SEEK_END) + len(data) > MAX_FILE_BYTES:
+            self._next_file()
+        offset = os.lseek(self.fd, 0, os.SEEK_END)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        return f"{self.name} {offset} {len(data)}"
+
+
+def send(obj: Any, path: str) -> None:
+    """One record as a file of its own, written atomically."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(encode(obj))
+    os.replace(tmp, path)
+
+
+def receive(path: str) -> Any:
+    """The record in the file ``path`` (see :func:`decode`)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        raise ChannelError("the worker wrote no result") from None
+    if size > MAX_FILE_BYTES:
+        raise ChannelError(f"the returned values take {size // 2**20} MiB; "
+                           f"the limit is {MAX_FILE_BYTES // 2**20} MiB")
+    with open(path, "rb") as f:
+        return decode(f.read(MAX_FILE_BYTES + 1))
 
 
 def plain(x: Any, depth: int = 0, budget: list[int] | None = None) -> Any:

@@ -463,7 +463,8 @@ _COMMANDS = {"class": main, "gh-outputs": gh_outputs_main, "template": template_
 if __name__ == "__main__":
     if sys.argv[1:2] == ["_forkserver"]:  # internal: see Preloaded
         _forkserver()
-        sys.exit(0)
+        sys.stdout.flush()
+        os._exit(0)  # skip tearing torch down: nothing of ours is left to clean up
     if len(sys.argv) < 2 or sys.argv[1] not in _COMMANDS:
         print(f"usage: python -m grader.classroom {{{','.join(_COMMANDS)}}} ...", file=sys.stderr)
         sys.exit(2)

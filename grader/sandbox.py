@@ -447,8 +447,12 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
-def receive(path: Path) -> Any:
-    """:func:`grader.channel.receive` for a file in the worker's folder, which student code controls.
+_RECORD = re.compile(r"^(\d{1,10}\.\d{1,6}) (\d{1,12}) (\d{1,12})$")
+
+
+def receive(path: Path, offset: int = 0, length: int | None = None) -> Any:
+    """:func:`grader.channel.decode` for ``length`` bytes at ``offset`` of a file in the worker's
+    folder (all of it if no length), which student code controls.
 
     Opened without following links or blocking (a symlink to one of our files,
     a FIFO that never answers), and read only if it is a plain file.
@@ -460,11 +464,29 @@ def receive(path: Path) -> Any:
     except OSError:
         raise channel.ChannelError("the worker wrote no result (or not as a plain file)") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise channel.ChannelError("the worker's result is not a plain file")
-        return channel.receive(f"/proc/self/fd/{fd}")
+        length = st.st_size - offset if length is None else length
+        if length > channel.MAX_FILE_BYTES:
+            raise channel.ChannelError(f"the returned values take {length // 2**20} MiB; "
+                                       f"the limit is {channel.MAX_FILE_BYTES // 2**20} MiB")
+        data = os.pread(fd, length, offset) if length > 0 else b""
+        if len(data) != length:
+            raise channel.ChannelError("the worker's result was cut short")
+        return channel.decode(data)
     finally:
         os.close(fd)
+
+
+def receive_record(out: Path, where: str) -> Any:
+    """The record a worker announced as ``PID.N OFFSET LENGTH`` (see :class:`grader.channel.Log`)."""
+    from . import channel
+
+    m = _RECORD.match(where)
+    if m is None:
+        raise channel.ChannelError("the worker announced a result it did not write")
+    return receive(out / f"{m[1]}.bin", int(m[2]), int(m[3]))
 
 
 def output_tail(tmp: Path, keep: int = TAIL_CHARS, width: int = 200) -> str:
@@ -576,17 +598,16 @@ class _Drive:
             self._exercise_deadline()
             if self.first:
                 try:
-                    self.h.loaded(receive(self.w.out / "loaded.pt"))
+                    self.h.loaded(receive_record(self.w.out, " ".join(rest)))
                 except channel.ChannelError as e:
                     self.h.loaded(e)
         elif word == "start" and self.phase == "grading" and rest and rest[0].isdigit():
             self.current = int(rest[0])
             self._exercise_deadline()
-        elif word == "check" and self.phase == "grading" and len(rest) == 2:
-            ei, ci = (int(x) if x.isdigit() else -1 for x in rest)
-            path = self.w.out / f"{ei}.{ci}.pt"
+        elif word == "check" and self.phase == "grading" and len(rest) >= 2:
+            ei, ci = (int(x) if x.isdigit() else -1 for x in rest[:2])
             try:
-                data = receive(path)
+                data = receive_record(self.w.out, " ".join(rest[2:]))
                 if type(data) is not list:
                     raise channel.ChannelError("a check's record is not a list")
                 outcomes: Any = [channel.outcome_from_data(d) for d in data]

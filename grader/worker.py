@@ -250,7 +250,8 @@ def _run_call(fn, call: Call, want_grads: bool, seconds: float) -> Outcome:
     return outcome
 
 
-def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, status: _Status) -> None:
+def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, status: _Status,
+                  log: channel.Log) -> None:
     status.send(f"start {ei}")
     deadline = time.monotonic() + job.exercise_budget
     for check in checks:
@@ -261,13 +262,13 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
                 outcomes.append(Outcome(error=f"{TIME_LIMIT}: {NOT_RUN}, the exercise's time was used up"))
                 continue
             outcomes.append(_run_call(fn, call, check.want_grads, left))
-        path = os.path.join(job.out_dir, f"{ei}.{check.index}.pt")
         try:
-            channel.send([channel.outcome_to_data(o) for o in outcomes], path)
-        except BaseException as e:  # noqa: BLE001 -- e.g. EFBIG for an enormous output
-            err = Outcome(error=f"GraderError: what came back could not be saved ({type(e).__name__})")
-            channel.send([channel.outcome_to_data(err)] * len(outcomes), path)
-        status.send(f"check {ei} {check.index}")
+            where = log.append([channel.outcome_to_data(o) for o in outcomes])
+        except BaseException as e:  # noqa: BLE001 -- e.g. an enormous output
+            why = f"{type(e).__name__}: {e}"[:200]
+            err = Outcome(error=f"GraderError: what came back could not be saved ({why})")
+            where = log.append([channel.outcome_to_data(err)] * len(outcomes))
+        status.send(f"check {ei} {check.index} {where}")
     status.send(f"done {ei}")
 
 
@@ -311,12 +312,12 @@ def serve(status_fd: int, switch: str | None) -> None:
     loaded = run_cells(job.cells, budget=job.cell_budget, on_cell=lambda i: status.send(f"cell {i}"))
     names = [name for _, name, _ in job.exercises]
     found = pick(loaded, names)
-    channel.send({"found": {n: where for n, (_, where) in found.items()}, "errors": loaded.errors},
-                 os.path.join(job.out_dir, "loaded.pt"))
-    status.send("loaded")
+    log = channel.Log(job.out_dir)
+    where = log.append({"found": {n: where for n, (_, where) in found.items()}, "errors": loaded.errors})
+    status.send(f"loaded {where}")
     for ei, name, checks in job.exercises:
         if name in found:
-            _run_exercise(ei, name, found[name][0], checks, job, status)
+            _run_exercise(ei, name, found[name][0], checks, job, status, log)
     status.send(f"bye {out.dropped + err.dropped}")
     # Skip interpreter shutdown: student threads or atexit hooks must not keep us alive.
     os._exit(0)

@@ -297,6 +297,27 @@ def test_channel_shared_references_cannot_make_a_small_file_expensive(tmp_path):
         channel.receive(str(tmp_path / "dag"))
 
 
+def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkeypatch):
+    from grader import sandbox
+
+    monkeypatch.setattr(channel, "MAX_FILE_BYTES", 4000)
+    log = channel.Log(str(tmp_path))
+    values = [torch.full((100,), float(i)) for i in range(12)]  # ~550 bytes each: several files
+    where = [log.append(v) for v in values]
+    assert len({w.split()[0] for w in where}) > 1, "a new file before one passes the limit"
+    for w, v in zip(where, values):
+        assert torch.equal(sandbox.receive_record(tmp_path, w), v)
+    with pytest.raises(ValueError, match="limit"):
+        log.append(torch.zeros(2000))  # one record over the limit is refused on the worker's side
+    name, offset, length = where[-1].split()  # the last record of its file
+    for forged in (f"{name} {offset} {int(length) + 1}",  # past what was written
+                   f"{name} {int(offset) + 1} {length}",  # not where a record starts
+                   f"../{name} {offset} {length}", f"{name}.bin {offset} {length}", "", "1.0 0 -5",
+                   f"999999.0 {offset} {length}"):  # a file that does not exist
+        with pytest.raises(channel.ChannelError):
+            sandbox.receive_record(tmp_path, forged)
+
+
 def test_channel_refuses_oversized_files(tmp_path, monkeypatch):
     monkeypatch.setattr(channel, "MAX_FILE_BYTES", 1000)
     channel.send(torch.zeros(1000), str(tmp_path / "big.pt"))
