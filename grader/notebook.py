@@ -39,7 +39,7 @@ def run_public(fn: Callable, name: str | None = None) -> ExerciseResult:
     import torch
 
     from . import engine, rules
-    from .execute import execute
+    from .execute import execute, reseed
     from .sandbox import CALL_SEED
 
     name = name or fn.__name__
@@ -53,7 +53,7 @@ def run_public(fn: Callable, name: str | None = None) -> ExerciseResult:
                 check = state.checks[ci]
                 outcomes = []
                 for call in check.calls:
-                    torch.manual_seed(CALL_SEED)
+                    reseed(CALL_SEED)
                     outcomes.append(execute(fn, call, want_grads=bool(check.want_grads)))
                     if outcomes[-1].error and outcomes[-1].error.startswith("KeyboardInterrupt"):
                         interrupted = True

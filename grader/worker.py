@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import channel, rules
-from .execute import execute
+from .execute import execute, reseed
 from .sandbox import CALL_SEED, NOT_RUN, TIME_LIMIT
 from .spec import Call, Outcome
 from .submission import Cell, pick, run_cells
@@ -232,7 +232,7 @@ def _alarm(signum, frame):
 
 def _run_call(fn, call: Call, want_grads: bool, seconds: float) -> Outcome:
     """One call under the exercise's remaining time."""
-    torch.manual_seed(CALL_SEED)
+    reseed(CALL_SEED)
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
     try:

@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .processes import ChildWakeups
+
 #: Environment variable naming the zygote's socket, for the grading processes of a class run.
 ZYGOTE_ENV = "GRADER_ZYGOTE"
 _HEADER_MAX = 1 << 20
@@ -222,11 +224,12 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
         raise
 
 
-def _become_worker(req: dict, fds: list[int], others: set[int]) -> None:
+def _become_worker(req: dict, fds: list[int], others: set[int], wakeups) -> None:
     """In the forked child: turn into a fresh-looking worker and serve; never returns."""
     code = 1
     try:
         os.setsid()
+        wakeups.undo_in_child()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
         stdin, stdout, stderr, status = fds
@@ -281,14 +284,18 @@ def serve(path: str) -> None:
     listener.listen(64)
     print("ready", flush=True)
     control = sys.stdin.fileno()  # closed by the class run when it is done (or dies)
+    wakeups = ChildWakeups()
     conns: dict[int, socket.socket] = {}  # fd -> connection awaiting or owning a worker
     owner: dict[int, int] = {}  # connection fd -> worker pid
     children: dict[int, socket.socket] = {}  # worker pid -> its connection
     running = True
     while running or children:
-        watch = [listener, *conns.values()] + ([control] if running else [])
-        ready, _, _ = select.select(watch, [], [], 0.02)
+        watch = [listener, wakeups.r, *conns.values()] + ([control] if running else [])
+        ready, _, _ = select.select(watch, [], [], 1.0)
+        wakeups.drain()
         for r in ready:
+            if r == wakeups.r:
+                continue
             if r is control:
                 if not os.read(control, 4096):
                     running = False
@@ -309,7 +316,7 @@ def serve(path: str) -> None:
                 others = {listener.fileno(), control, conn.fileno(), *conns}
                 pid = os.fork()
                 if pid == 0:
-                    _become_worker(req, fds, others)
+                    _become_worker(req, fds, others, wakeups)
                 for fd in fds:
                     os.close(fd)
                 conn.settimeout(None)
