@@ -290,6 +290,8 @@ def serve(status_fd: int, switch: str | None) -> None:
     job: Job = pickle.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
+    if devnull != 0:
+        os.close(devnull)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- the student's stdin is empty
     if switch:
         _switch_user(switch)

@@ -204,8 +204,38 @@ def _session_kill(sid: int) -> None:
         pass
 
 
+def _forked_by_us(pid: int) -> bool:
+    """Whether ``pid`` descends from this zygote: a worker, or something a worker started."""
+    me = os.getpid()
+    for _ in range(64):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == me:
+            return True
+        if pid <= 1:
+            return False
+    return True  # deeper than any grading goes: refuse
+
+
+def _peer_allowed(conn: socket.socket) -> bool:
+    """Only a grading may ask for workers: the socket's folder keeps other users out (0700);
+    here, workers (same user when the grader is not root) are kept out too."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True
+    import struct
+
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                      struct.calcsize("3i")))
+    return uid == os.geteuid() and not _forked_by_us(pid)
+
+
 def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    conn.settimeout(10)
+    if not _peer_allowed(conn):
+        raise ValueError("a worker may not ask for workers")
+    conn.settimeout(2)  # a grading sends its request at once
     data, fds, _, _ = socket.recv_fds(conn, _HEADER_MAX + 4, 4)
     try:
         while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):

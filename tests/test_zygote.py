@@ -1,0 +1,205 @@
+"""The worker zygote (grader.zygote): workers forked from it look like fresh interpreters,
+see nothing of the grader's side, die with the grading that asked for them, and a
+grading without a zygote still grades."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import sandbox, zygote
+from grader.submission import Cell
+from grader.worker import Job
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_dir(),
+                                reason="the zygote forks; these checks read /proc")
+
+# Facts about the process the student's code runs in, printed as JSON by the student's cell
+# (assignments: a submission's top-level expressions are not run).
+PRIVATE = ("attnmask", "grader.checks", "grader.engine", "grader.diagnose")
+FACTS = r'''
+import json, os, sys, tempfile
+_ = print(json.dumps({
+    "modules": sorted(m for m in sys.modules if m.split(".")[0] == "attnmask" or m.startswith(PRIVATE)),
+    "env": dict(os.environ),
+    "cwd": os.getcwd(),
+    "tempdir": tempfile.gettempdir(),
+    "sid_is_pid": os.getsid(0) == os.getpid(),
+    "hash_seed": hash("attention"),
+    "safe_path": bool(getattr(sys.flags, "safe_path", True)),
+    "no_user_site": bool(sys.flags.no_user_site),
+    "fds": {f: os.readlink(f"/proc/self/fd/{f}") for f in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{f}")},
+}))
+'''.replace("PRIVATE", repr(PRIVATE))
+
+
+@pytest.fixture(scope="module")
+def zyg():
+    z = zygote.Zygote()
+    assert z.wait_ready(), "the zygote did not start"
+    yield z
+    z.close()
+
+
+def _spawn(z: zygote.Zygote, tmp: Path, cells: list[Cell], monkeypatch) -> tuple[zygote.Forked, int, Path]:
+    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(z.socket))
+    work, out = tmp / "work", tmp / "out"
+    work.mkdir()
+    out.mkdir()
+    stdout = open(tmp / "stdout.txt", "wb")  # noqa: SIM115
+    stderr = open(tmp / "stderr.txt", "wb")  # noqa: SIM115
+    status_r, status_w = os.pipe()
+    proc = zygote.spawn(stdout=stdout.fileno(), stderr=stderr.fileno(), status=status_w, cwd=work,
+                        env=sandbox.worker_env(work), switch=[])
+    os.close(status_w)
+    stdout.close()
+    stderr.close()
+    assert proc is not None, "the zygote refused a grading's request"
+    job = Job(cells=cells, exercises=[], out_dir=str(out), cell_budget=20, exercise_budget=20)
+    proc.stdin.write(pickle.dumps(job))
+    proc.stdin.close()
+    return proc, status_r, tmp
+
+
+def _status(fd: int) -> str:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode()
+
+
+def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(zyg, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_SEED", "12345")  # a secret the grading has: the worker must not see it
+    proc, status, tmp = _spawn(zyg, tmp_path, [Cell("facts.py", 1, FACTS)], monkeypatch)
+    assert proc.wait(timeout=60) == 0
+    lines = _status(status).split("\n")
+    assert lines[0].startswith("ready ") and any(line.startswith("loaded ") for line in lines)
+    facts = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])
+    assert facts["modules"] == [], "the reference or the checks are in the worker's memory"
+    assert facts["env"] == {k: v for k, v in sandbox.worker_env(tmp / "work").items()}
+    assert "GRADER_SEED" not in facts["env"] and zygote.ZYGOTE_ENV not in facts["env"]
+    assert facts["cwd"] == str(tmp / "work") and facts["tempdir"] == str(tmp / "work")
+    assert facts["sid_is_pid"], "a session of its own"
+    assert facts["no_user_site"]
+    # 0-2 and the status pipe (listdir's own descriptor is gone by the time it is checked): nothing of the
+    # zygote's (its socket, its control pipe, other gradings' connections) leaked in.
+    assert len(facts["fds"]) == 4 and {"0", "1", "2"} <= set(facts["fds"]), facts["fds"]
+
+
+def test_hash_seed_matches_a_fresh_worker(zyg, tmp_path, monkeypatch):
+    """Sets iterate in the same order in a forked worker and in a fresh one (PYTHONHASHSEED=0)."""
+    import subprocess
+
+    proc, status, tmp = _spawn(zyg, tmp_path, [Cell("facts.py", 1, FACTS)], monkeypatch)
+    proc.wait(timeout=60)
+    _status(status)
+    forked = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])["hash_seed"]
+    fresh = subprocess.run([sys.executable, "-c", "print(hash('attention'))"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": "0"}).stdout.strip()
+    assert forked == int(fresh)
+
+
+def test_a_worker_dies_with_the_grading_that_asked_for_it(zyg, tmp_path, monkeypatch):
+    hang = Cell("hang.py", 1, "import os, time\n_ = print(os.getpid(), flush=True)\n_ = time.sleep(600)\n")
+    proc, status, tmp = _spawn(zyg, tmp_path, [hang], monkeypatch)
+    deadline = time.monotonic() + 30
+    while not (tmp / "stdout.txt").read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None
+    proc.conn.close()  # what the kernel does when the grading process dies or is killed
+    deadline = time.monotonic() + 10
+    while _alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(proc.pid), "the worker outlived its grading"
+    os.close(status)
+
+
+def test_exit_status_is_reported_like_popen(zyg, tmp_path, monkeypatch):
+    crash = Cell("crash.py", 1, "import os, signal\n_ = os.kill(os.getpid(), signal.SIGSEGV)\n")
+    proc, status, _ = _spawn(zyg, tmp_path, [crash], monkeypatch)
+    assert proc.wait(timeout=60) == -signal.SIGSEGV
+    os.close(status)
+
+
+def test_a_worker_cannot_ask_the_zygote_for_workers(zyg, tmp_path, monkeypatch):
+    """Same user when the grader is not root: the zygote refuses its own descendants."""
+    probe = Cell("probe.py", 1, (
+        "import socket\n"
+        "def probe():\n"
+        "    try:\n"
+        "        s = socket.socket(socket.AF_UNIX)\n"
+        f"        s.connect({str(zyg.socket)!r})\n"
+        "        socket.send_fds(s, [b'\\0\\0\\0\\2{}'], [0, 1, 2, 2])\n"
+        "        return 'answer ' + repr(s.recv(64))\n"
+        "    except Exception as e:\n"
+        "        return 'refused ' + repr(e)\n"
+        "_ = print(probe(), flush=True)\n"))
+    proc, status, tmp = _spawn(zyg, tmp_path, [probe], monkeypatch)
+    proc.wait(timeout=60)
+    os.close(status)
+    out = (tmp / "stdout.txt").read_text() + (tmp / "stderr.txt").read_text()
+    assert "answer b''" in out or "refused " in out, out  # closed without a worker, or not even reachable
+
+
+def test_without_a_zygote_the_worker_is_a_fresh_interpreter(monkeypatch, tmp_path):
+    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(tmp_path / "no-such.sock"))
+    assert zygote.spawn(stdout=1, stderr=2, status=2, cwd=tmp_path, env={}, switch=[]) is None
+    monkeypatch.delenv(zygote.ZYGOTE_ENV)
+    assert zygote.spawn(stdout=1, stderr=2, status=2, cwd=tmp_path, env={}, switch=[]) is None
+
+
+def test_grading_through_the_zygote_gives_the_same_report(zyg, monkeypatch):
+    from grader import grade
+
+    target = Path(__file__).resolve().parent / "submissions" / "mistakes.py"
+    monkeypatch.delenv(zygote.ZYGOTE_ENV, raising=False)
+    fresh = grade(target, seed=3)
+    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(zyg.socket))
+    forked = grade(target, seed=3)
+    summary = lambda r: [(e.name, e.status, e.score, e.message) for e in r.exercises]  # noqa: E731
+    assert summary(forked) == summary(fresh)
+
+
+def test_stopping_the_zygote_stops_its_workers(tmp_path, monkeypatch):
+    z = zygote.Zygote()
+    assert z.wait_ready()
+    hang = Cell("hang.py", 1, "import time\n_ = time.sleep(600)\n")
+    proc, status, _ = _spawn(z, tmp_path, [hang], monkeypatch)
+    t0 = time.monotonic()
+    z.close()
+    assert time.monotonic() - t0 < 10
+    deadline = time.monotonic() + 5
+    while _alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(proc.pid)
+    assert not z.socket.exists()
+    os.close(status)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_socket_nobody_serves_is_not_waited_on(tmp_path, monkeypatch):
+    path = tmp_path / "dead.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))  # bound, never listening: connect is refused at once
+    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(path))
+    t0 = time.monotonic()
+    assert zygote.spawn(stdout=1, stderr=2, status=2, cwd=tmp_path, env={}, switch=[]) is None
+    assert time.monotonic() - t0 < 5
+    s.close()
