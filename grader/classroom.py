@@ -4,8 +4,10 @@
 ``.ipynb`` / ``.py`` file) of SUBMISSIONS_DIR as one student and grades them in
 a pool of workers. Each student is graded by the engine's CLI (the arguments of
 ``python -m grader SUB --json RESULTS --seed S``), forked from a server process
-that has imported torch and the grader once (:class:`Preloaded`), or with
-``--no-preload`` in a fresh interpreter. Every grading has its own session, so a
+that has imported torch and the grader once (:class:`Preloaded`); the sandboxed
+worker that runs the student's code is forked in turn from a zygote that has
+imported torch and nothing of the grader's side (:mod:`grader.zygote`). With
+``--no-preload`` both are fresh interpreters. Every grading has its own session, so a
 submission that hangs, crashes or floods memory costs only its own row: the
 wall-time limit is enforced here by killing the grading's whole process tree.
 
@@ -255,8 +257,8 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
     letting the OS schedule that freely grades a class faster (scripts/bench_classroom.py).
 
     With ``preload`` (and the engine's own command), gradings are forked from a server that
-    has imported torch and the grader once (:class:`Preloaded`); else each is a fresh
-    ``python -m grader``.
+    has imported torch and the grader once (:class:`Preloaded`), and their sandboxed workers
+    from a :class:`~grader.zygote.Zygote`; else each is a fresh ``python -m grader``.
     """
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
     out.mkdir(parents=True, exist_ok=True)
@@ -424,8 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give each grading one core of its own, so --jobs N uses exactly N cores "
                         "(on a shared machine); a little slower when all cores are free")
     p.add_argument("--no-preload", action="store_true",
-                   help="grade each student with a fresh `python -m grader` instead of forking graders "
-                        "from one that has imported torch already (slower; for comparison)")
+                   help="grade each student with a fresh `python -m grader` (and a fresh sandbox) instead "
+                        "of forking them from processes that have imported torch already (slower; for "
+                        "comparison)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 

@@ -148,7 +148,7 @@ class Preloaded:
         with self.lock:
             rid, self.next_id = self.next_id, self.next_id + 1
             self.server.stdin.write(json.dumps({"id": rid, "args": list(args), "log": str(log),
-                                                "cwd": str(cwd)}) + "\n")
+                                                "cwd": str(cwd), "cpus": sorted(cpus or [])}) + "\n")
             self.server.stdin.flush()
         pid = self._wait_for(self.started, rid, None)
         with _RUNNING_LOCK:
@@ -247,7 +247,7 @@ def _forkserver() -> None:
                 pid = os.fork()
                 if pid == 0:
                     wakeups.undo_in_child()
-                    _cli_in_child(req["args"], req["log"], req["cwd"])
+                    _cli_in_child(req["args"], req["log"], req["cwd"], req.get("cpus"))
                 children[pid] = req["id"]
                 print("started", req["id"], pid, flush=True)
         while children:
@@ -257,11 +257,17 @@ def _forkserver() -> None:
             print("exited", children.pop(pid), os.waitstatus_to_exitcode(status), flush=True)
 
 
-def _cli_in_child(args: list[str], log: str, cwd: str) -> None:
-    """Body of a forked grading: become a fresh-looking process, run the CLI, exit with its status."""
+def _cli_in_child(args: list[str], log: str, cwd: str, cpus: list[int] | None = None) -> None:
+    """Body of a forked grading: become a fresh-looking process, run the CLI, exit with its status.
+    ``cpus``: its cores (--pin), set before it asks for its sandbox, which inherits them."""
     code = 1
     try:
         os.setsid()  # a session of its own, as start_new_session gives a subprocess
+        if cpus and hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(0, cpus)
+            except OSError:
+                pass
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

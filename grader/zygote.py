@@ -259,9 +259,7 @@ def _become_worker(req: dict, fds: list[int], others: set[int], wakeups) -> None
     code = 1
     try:
         os.setsid()
-        wakeups.undo_in_child()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD):
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        wakeups.undo_in_child()  # every other signal is as the zygote, a fresh interpreter, has it
         stdin, stdout, stderr, status = fds
         for fd in others:  # the zygote's listening socket and every other grading's connection
             try:

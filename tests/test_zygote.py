@@ -26,8 +26,10 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_
 # (assignments: a submission's top-level expressions are not run).
 PRIVATE = ("attnmask", "grader.checks", "grader.engine", "grader.diagnose")
 FACTS = r'''
-import json, os, sys, tempfile
+import json, os, signal, sys, tempfile
 _ = print(json.dumps({
+    "signals": [repr(signal.getsignal(getattr(signal, n)))
+                for n in ("SIGPIPE", "SIGCHLD", "SIGINT", "SIGTERM")],
     "modules": sorted(m for m in sys.modules if m.split(".")[0] == "attnmask" or m.startswith(PRIVATE)),
     "env": dict(os.environ),
     "cwd": os.getcwd(),
@@ -36,6 +38,7 @@ _ = print(json.dumps({
     "hash_seed": hash("attention"),
     "safe_path": bool(getattr(sys.flags, "safe_path", True)),
     "no_user_site": bool(sys.flags.no_user_site),
+    "cpus": sorted(os.sched_getaffinity(0)),
     "fds": {f: os.readlink(f"/proc/self/fd/{f}") for f in os.listdir("/proc/self/fd")
             if os.path.exists(f"/proc/self/fd/{f}")},
 }))
@@ -96,17 +99,37 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     assert len(facts["fds"]) == 4 and {"0", "1", "2"} <= set(facts["fds"]), facts["fds"]
 
 
-def test_hash_seed_matches_a_fresh_worker(zyg, tmp_path, monkeypatch):
-    """Sets iterate in the same order in a forked worker and in a fresh one (PYTHONHASHSEED=0)."""
+def test_hash_seed_and_signals_match_a_fresh_interpreter(zyg, tmp_path, monkeypatch):
+    """Sets iterate in the same order as in a fresh worker (PYTHONHASHSEED=0); SIGPIPE is ignored
+    and SIGCHLD default, as Python sets them at start-up."""
     import subprocess
 
     proc, status, tmp = _spawn(zyg, tmp_path, [Cell("facts.py", 1, FACTS)], monkeypatch)
     proc.wait(timeout=60)
     _status(status)
-    forked = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])["hash_seed"]
-    fresh = subprocess.run([sys.executable, "-c", "print(hash('attention'))"], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONHASHSEED": "0"}).stdout.strip()
-    assert forked == int(fresh)
+    forked = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])
+    code = ("import json, signal; print(json.dumps([hash('attention'), "
+            "[repr(signal.getsignal(getattr(signal, n))) "
+            "for n in ('SIGPIPE', 'SIGCHLD', 'SIGINT', 'SIGTERM')]]))")
+    fresh = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                      env={**os.environ, "PYTHONHASHSEED": "0"}).stdout)
+    assert forked["hash_seed"] == fresh[0]
+    assert forked["signals"] == fresh[1], "signal dispositions differ from a fresh interpreter's"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_worker_runs_on_the_cores_of_its_grading(zyg, tmp_path, monkeypatch):
+    """--pin gives a grading one core; its sandbox, forked by the zygote, must stay on it."""
+    mine = os.sched_getaffinity(0)
+    core = max(mine)
+    os.sched_setaffinity(0, {core})
+    try:
+        proc, status, tmp = _spawn(zyg, tmp_path, [Cell("facts.py", 1, FACTS)], monkeypatch)
+    finally:
+        os.sched_setaffinity(0, mine)
+    proc.wait(timeout=60)
+    _status(status)
+    assert json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])["cpus"] == [core]
 
 
 def test_a_worker_dies_with_the_grading_that_asked_for_it(zyg, tmp_path, monkeypatch):
@@ -145,9 +168,10 @@ def test_a_worker_cannot_ask_the_zygote_for_workers(zyg, tmp_path, monkeypatch):
         "        return 'refused ' + repr(e)\n"
         "_ = print(probe(), flush=True)\n"))
     proc, status, tmp = _spawn(zyg, tmp_path, [probe], monkeypatch)
-    proc.wait(timeout=60)
-    os.close(status)
+    rc = proc.wait(timeout=60)
+    said = _status(status)
     out = (tmp / "stdout.txt").read_text() + (tmp / "stderr.txt").read_text()
+    assert rc == 0, f"exit {rc}; status {said!r}"  # e.g. not killed by SIGPIPE: Python ignores it
     assert "answer b''" in out or "refused " in out, out  # closed without a worker, or not even reachable
 
 
