@@ -10,12 +10,16 @@ each connection it
 
 1. receives the new worker's stdin, stdout, stderr and status pipe (SCM_RIGHTS) and a
    JSON header: the worker's folder, environment, user switch and allowed CPUs;
-2. forks. The child becomes what ``python -m grader.worker`` would have been -- a
-   session of its own, exactly those descriptors, that folder and environment -- and
-   runs :func:`grader.worker.serve`, which switches user and sets limits itself;
-3. answers ``pid N``, then ``exit CODE`` once the child has exited (CODE negative for a
-   signal, as Popen's returncode). If the connection closes first -- the grading died
-   or was killed for time -- the child's whole session is killed.
+2. forks a *minder* for it, which forks the worker. The worker becomes what
+   ``python -m grader.worker`` would have been -- a session of its own, exactly those
+   descriptors, that folder and environment -- and runs :func:`grader.worker.serve`,
+   which switches user and sets limits itself;
+3. the minder answers ``pid N``, then ``exit CODE`` once the worker has exited (CODE
+   negative for a signal, as Popen's returncode). If the connection closes first -- the
+   grading died or was killed for time -- it kills the worker's whole session.
+
+The worker's parent is its minder, so a worker that kills its parent ends its own
+grading only, not the zygote the other gradings' workers come from.
 
 The zygote is single-threaded (so fork is safe), not dumpable (a worker running as
 the same user cannot read or patch its memory), and exits, killing what it forked,
@@ -41,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .processes import ChildWakeups
+from .processes import ChildWakeups, _descendants
 
 #: Environment variable naming the zygote's socket, for the grading processes of a class run.
 ZYGOTE_ENV = "GRADER_ZYGOTE"
@@ -299,8 +303,57 @@ def _become_worker(req: dict, fds: list[int], others: set[int], wakeups) -> None
         os._exit(code)
 
 
+def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wakeups: ChildWakeups) -> None:
+    """A worker's minder, forked from the zygote for one request: forks the worker, tells
+    the grading its pid, then its exit status; kills its session if the grading goes first.
+
+    The worker's parent is its minder, not the zygote: a worker that kills its parent
+    (``os.kill(os.getppid(), 9)``) ends only its own grading, never the zygote that every
+    other student's sandbox comes from. Never returns."""
+    code = 0
+    try:
+        for fd in others:  # the listening socket, the control pipe
+            os.close(fd)
+        wakeups.undo_in_child()
+        wakeups = ChildWakeups()  # its own: the zygote's pipe would wake the zygote instead
+        pid = os.fork()
+        if pid == 0:
+            _become_worker(req, fds, {conn.detach()}, wakeups)
+        for fd in fds:
+            os.close(fd)
+        conn.settimeout(None)
+        try:
+            conn.sendall(f"pid {pid}\n".encode())
+        except OSError:
+            _session_kill(pid)
+        alive = True
+        while True:
+            ready, _, _ = select.select([conn, wakeups.r] if alive else [wakeups.r], [], [], 1.0)
+            wakeups.drain()
+            if conn in ready:
+                try:
+                    data = conn.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:  # the grading is gone (or killed for time): so is its worker
+                    _session_kill(pid)
+                    alive = False
+            done, wstatus = os.waitpid(pid, os.WNOHANG)
+            if done:
+                if alive:
+                    try:
+                        conn.sendall(f"exit {os.waitstatus_to_exitcode(wstatus)}\n".encode())
+                    except OSError:
+                        pass
+                break
+    except BaseException:  # noqa: BLE001
+        code = 1
+    finally:
+        os._exit(code)
+
+
 def serve(path: str) -> None:
-    """The zygote's loop: fork a worker per connection, report exits, obey closed connections."""
+    """The zygote's loop: a minder (and through it a worker) per connection."""
     import torch  # noqa: F401 -- the point of the zygote
 
     from . import worker
@@ -313,74 +366,46 @@ def serve(path: str) -> None:
     print("ready", flush=True)
     control = sys.stdin.fileno()  # closed by the class run when it is done (or dies)
     wakeups = ChildWakeups()
-    conns: dict[int, socket.socket] = {}  # fd -> connection awaiting or owning a worker
-    owner: dict[int, int] = {}  # connection fd -> worker pid
-    children: dict[int, socket.socket] = {}  # worker pid -> its connection
+    minders: set[int] = set()
     running = True
-    while running or children:
-        watch = [listener, wakeups.r, *conns.values()] + ([control] if running else [])
-        ready, _, _ = select.select(watch, [], [], 1.0)
+    while running or minders:
+        ready, _, _ = select.select([listener, wakeups.r] + ([control] if running else []), [], [], 1.0)
         wakeups.drain()
-        for r in ready:
-            if r == wakeups.r:
-                continue
-            if r is control:
-                if not os.read(control, 4096):
-                    running = False
-                    for pid in list(children):
-                        _session_kill(pid)
-            elif r is listener:
-                conn, _ = listener.accept()
-                if not running:
-                    conn.close()
-                    continue
+        if control in ready and running and not os.read(control, 4096):
+            running = False
+            for pid in list(minders):
+                for worker_pid in _descendants(pid):
+                    _session_kill(worker_pid)
                 try:
-                    req, fds = _recv_request(conn)
-                except (OSError, ValueError):
-                    conn.close()
-                    continue
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if listener in ready:
+            conn, _ = listener.accept()
+            try:
+                if not running:
+                    raise ValueError("closing")
+                req, fds = _recv_request(conn)
+            except (OSError, ValueError):
+                conn.close()
+            else:
                 sys.stdout.flush()
                 sys.stderr.flush()
-                others = {listener.fileno(), control, conn.fileno(), *conns}
                 pid = os.fork()
                 if pid == 0:
-                    _become_worker(req, fds, others, wakeups)
+                    _mind(conn, req, fds, {listener.fileno(), control}, wakeups)
+                minders.add(pid)
                 for fd in fds:
                     os.close(fd)
-                conn.settimeout(None)
-                try:
-                    conn.sendall(f"pid {pid}\n".encode())
-                except OSError:
-                    _session_kill(pid)
-                conns[conn.fileno()], owner[conn.fileno()], children[pid] = conn, pid, conn
-            else:  # a grading closed its end (or wrote, which it never does): its worker goes
-                try:
-                    data = r.recv(4096)
-                except OSError:
-                    data = b""
-                if not data:
-                    pid = owner.pop(r.fileno(), None)
-                    conns.pop(r.fileno(), None)
-                    if pid is not None and pid in children:
-                        _session_kill(pid)
-                        children[pid] = None
-                    r.close()
-        while children:
+                conn.close()
+        while minders:
             try:
-                pid, wstatus = os.waitpid(-1, os.WNOHANG)
+                pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
-            conn = children.pop(pid, None)
-            if conn is not None:
-                try:
-                    conn.sendall(f"exit {os.waitstatus_to_exitcode(wstatus)}\n".encode())
-                except OSError:
-                    pass
-                owner.pop(conn.fileno(), None)
-                conns.pop(conn.fileno(), None)
-                conn.close()
+            minders.discard(pid)
     listener.close()
 
 

@@ -147,6 +147,21 @@ def test_a_worker_dies_with_the_grading_that_asked_for_it(zyg, tmp_path, monkeyp
     os.close(status)
 
 
+def test_a_worker_that_kills_its_parent_ends_only_its_own_grading(zyg, tmp_path, monkeypatch):
+    """Its parent is its minder, not the zygote: the next grading still gets a forked worker."""
+    killer = Cell("killer.py", 1, "import os\n_ = os.kill(os.getppid(), 9)\n")
+    (tmp_path / "a").mkdir()
+    proc, status, _ = _spawn(zyg, tmp_path / "a", [killer], monkeypatch)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    os.close(status)
+    assert zyg.proc.poll() is None, "the zygote died"
+    (tmp_path / "b").mkdir()
+    proc, status, tmp = _spawn(zyg, tmp_path / "b", [Cell("facts.py", 1, FACTS)], monkeypatch)
+    assert proc.wait(timeout=60) == 0
+    _status(status)
+    assert json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])["modules"] == []
+
+
 def test_exit_status_is_reported_like_popen(zyg, tmp_path, monkeypatch):
     crash = Cell("crash.py", 1, "import os, signal\n_ = os.kill(os.getpid(), signal.SIGSEGV)\n")
     proc, status, _ = _spawn(zyg, tmp_path, [crash], monkeypatch)
