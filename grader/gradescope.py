@@ -39,6 +39,7 @@ from .classroom import (
     runtime_requirements,
     single_thread_env,
 )
+from .cli import SEED_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "gradescope"
@@ -117,6 +118,35 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
                                   f"`python -m grader.gradescope build`. Not your code's fault.")
         final.write_text(json.dumps(results, indent=2))
         return results
+    # While student code runs, the seed is in no file: the sandbox's user may be able to read
+    # any file (it keeps CAP_DAC_READ_SEARCH where Python's own files are not world-readable).
+    seed_file = source / SEED_FILE
+    seed_text = seed_file.read_text()
+    try:
+        seed_file.unlink()
+    except OSError:
+        pass
+    try:
+        results = _grade_submission(submission, seed, timeout, python)
+    finally:
+        if not seed_file.exists():
+            seed_file.write_text(seed_text)
+            os.chmod(seed_file, 0o600)
+    try:
+        visibility = (source / VISIBILITY_FILE).read_text().strip()
+    except OSError:
+        visibility = "visible"
+    if visibility != "visible":
+        # The engine gives one test entry per exercise, public and hidden checks together,
+        # so the whole entry waits; the total follows Gradescope's own rule for hidden tests.
+        for t in results.get("tests", []):
+            t["visibility"] = visibility
+    final.write_text(json.dumps(hide_seed(results, seed), indent=2))
+    return results
+
+
+def _grade_submission(submission: Path, seed: int, timeout: float, python: str) -> dict:
+    """The results of grading a scratch copy of ``submission`` with ``seed`` (never raises)."""
     with tempfile.TemporaryDirectory(prefix="grading-") as tmp:
         work = Path(tmp) / "submission"
         # The student's code runs against a scratch copy, never the harness's files.
@@ -133,9 +163,13 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
         else:
             # The engine writes to a name nobody can guess; only this process writes results/.
             private = Path(tmp) / f"results-{secrets.token_hex(16)}.json"
-            argv = [python, "-m", "grader", str(target), "--json", str(private), "--seed", str(seed)]
+            # The seed goes by environment, not argv: /proc/PID/cmdline is readable by every
+            # process, the student's sandbox included; /proc/PID/environ only by its owner.
+            argv = [python, "-m", "grader", str(target), "--json", str(private)]
+            env = single_thread_env()
+            env[SEED_ENV] = str(seed)
             log = Path(tmp) / "grader.log"
-            res = run_limited(argv, timeout=timeout, log=log, env=single_thread_env(), cwd=Path(tmp))
+            res = run_limited(argv, timeout=timeout, log=log, env=env, cwd=Path(tmp))
             sys.stdout.write(log.read_text(errors="replace")[-20000:])  # Gradescope keeps stdout for staff
             results = None if res.timed_out else read_results(private)
             if res.timed_out:
@@ -145,16 +179,6 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
                 results = failure_results(f"The grader stopped (exit status {res.returncode}) before writing "
                                           f"results; last output: {log_tail(log) or '(none)'}. Please tell "
                                           f"your instructor.")
-    try:
-        visibility = (source / VISIBILITY_FILE).read_text().strip()
-    except OSError:
-        visibility = "visible"
-    if visibility != "visible":
-        # The engine gives one test entry per exercise, public and hidden checks together,
-        # so the whole entry waits; the total follows Gradescope's own rule for hidden tests.
-        for t in results.get("tests", []):
-            t["visibility"] = visibility
-    final.write_text(json.dumps(hide_seed(results, seed), indent=2))
     return results
 
 

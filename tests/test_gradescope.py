@@ -111,6 +111,30 @@ def test_correct_submission_gets_full_marks(tmp_path, bundle):
     assert f"seed {SEED}" in log  # ...while staff can still reproduce the run from the stdout
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="the seed is kept from student code by the sandbox's own user, which needs root")
+def test_student_code_cannot_read_the_seed(tmp_path, bundle):
+    """Where the seed could be: the grader's command line (readable by every process), its
+    environment, the bundle's seed file. The student's code reports what it read, reversed
+    so that the seed scrubbing of results.json cannot hide a leak."""
+    root = tmp_path / "autograder"
+    spy = (
+        "import os\n\n\ndef causal_mask(n, *, device=None):\n"
+        "    found = []\n"
+        f"    for path in (f'/proc/{{os.getppid()}}/cmdline', f'/proc/{{os.getppid()}}/environ',\n"
+        f"                 {str(root / 'source' / 'grader_seed')!r}):\n"
+        "        try:\n"
+        "            found.append(open(path, 'rb').read().decode(errors='replace').replace('\\n', ' '))\n"
+        "        except OSError as e:\n"
+        "            found.append(type(e).__name__)\n"
+        "    raise ValueError(' | '.join(found)[::-1])\n")
+    results, _ = simulate(tmp_path, bundle, {"spy.py": spy.encode()})
+    text = json.dumps(results)
+    assert "rorrEnoissimreP" in text, "the spy did not run, or read everything"  # 'PermissionError' reversed
+    assert str(SEED)[::-1] not in text, "student code read the seed"
+    assert (root / "source" / "grader_seed").read_text().strip() == str(SEED), "the seed file is back after"
+
+
 def test_buggy_submission_loses_exactly_the_buggy_exercises(tmp_path, bundle):
     files = _solutions()
     _plant(files, "ex01_leakage.ipynb", "return pos[None, :] <= pos[:, None]",
