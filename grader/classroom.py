@@ -50,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cli import SEED_ENV
+
 # ``X as X``: moved out of this module in the split and re-exported on purpose
 # (grader.gradescope and the tests import them from grader.classroom).
 from .github import DEV_ONLY as DEV_ONLY
@@ -89,8 +91,12 @@ def engine_args(submission: Path, results: Path, seed: int, extra: Sequence[str]
 
 
 def engine_command(submission: Path, results: Path, seed: int, extra: Sequence[str]) -> list[str]:
-    """``python -m grader ARGS``: the engine's CLI in a fresh interpreter."""
-    return [sys.executable, "-m", "grader", *engine_args(submission, results, seed, extra)]
+    """``python -m grader ARGS``: the engine's CLI in a fresh interpreter. The seed is left
+    out: it goes by ``$GRADER_SEED`` (see :func:`grade_student`), since every process, the
+    student's sandbox included, can read another's command line."""
+    args = engine_args(submission, results, seed, extra)
+    i = args.index("--seed")
+    return [sys.executable, "-m", "grader", *args[:i], *args[i + 2:]]
 
 
 def grader_fingerprint() -> str:
@@ -145,6 +151,7 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     private = out / ".private" / f"{student.slug}-{secrets.token_hex(16)}.json"
     private.parent.mkdir(exist_ok=True)
     env = single_thread_env()
+    env[SEED_ENV] = str(seed)  # for engine_command, which keeps the seed off the command line
     # The grader class mode itself runs, whatever the working directory holds.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
     core = cores.get() if cores is not None else None

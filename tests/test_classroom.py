@@ -504,3 +504,25 @@ def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, 
     while any(_alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in killed)
+
+
+@pytest.mark.parametrize("preload", [True, False], ids=["forked", "fresh"])
+def test_the_seed_is_not_on_any_command_line_student_code_can_read(tmp_path, preload):
+    """Every process can read another's /proc/PID/cmdline: the grading's, its parents' and
+    the sandbox's own must not hold the seed. (Reversed, so no scrubbing could hide a leak.)"""
+    seed = 987654321
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "spy.py").write_text(
+        "import os\n\n\ndef causal_mask(n, *, device=None):\n"
+        "    seen, pid = [], os.getpid()\n"
+        "    while pid > 1:\n"
+        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace')\n"
+        "        seen += [cmd] if 'grader' in cmd else []\n"
+        "        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "    raise ValueError(' | '.join(seen).replace('\\0', ' ').replace('\\n', ' ')[::-1])\n")
+    rows = grade_class(subs, tmp_path / "out", jobs=1, seed=seed, progress=False, preload=preload,
+                       extra=["--exercise", "causal_mask"])
+    results = (tmp_path / "out" / rows[0].slug / "results.json").read_text()
+    assert "redarg" in results, "the spy did not report"  # it saw the grader's processes
+    assert str(seed)[::-1] not in results, "a command line holds the seed"
