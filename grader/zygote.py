@@ -60,28 +60,30 @@ class Forked:
     """A worker forked by the zygote: the part of ``subprocess.Popen`` the sandbox uses
     (``pid``, ``stdin``, ``poll``, ``wait``, ``returncode``)."""
 
-    def __init__(self, conn: socket.socket, pid: int, stdin):
+    def __init__(self, conn: socket.socket, pid: int, stdin, pending: bytes = b""):
         self.conn, self.pid, self.stdin = conn, pid, stdin
         self.returncode: int | None = None
-        self._buf = b""
+        self._buf = pending  # what came after the "pid" line, if anything
 
     def _read(self, timeout: float) -> None:
         if self.returncode is not None or self.conn is None:
             return
-        ready, _, _ = select.select([self.conn], [], [], max(timeout, 0))
-        if not ready:
-            return
-        try:
-            chunk = self.conn.recv(4096)
-        except OSError:
-            chunk = b""
-        self._buf += chunk
+        chunk = None
+        if b"\n" not in self._buf:
+            ready, _, _ = select.select([self.conn], [], [], max(timeout, 0))
+            if not ready:
+                return
+            try:
+                chunk = self.conn.recv(4096)
+            except OSError:
+                chunk = b""
+            self._buf += chunk
         if b"\n" in self._buf:
             line = self._buf.split(b"\n", 1)[0].decode("ascii", "replace").split()
-            if len(line) == 2 and line[0] == "exit":
-                self.returncode = int(line[1])
-                self._close()
-        elif not chunk:  # the zygote is gone without a word: it took the worker with it
+            ok = len(line) == 2 and line[0] == "exit" and line[1].lstrip("-").isdigit()
+            self.returncode = int(line[1]) if ok else -signal.SIGKILL
+            self._close()
+        elif not chunk:  # the minder is gone without a word: it took the worker with it
             self.returncode = -signal.SIGKILL
             self._close()
 
@@ -121,13 +123,14 @@ def spawn(*, stdout: int, stderr: int, status: int, cwd: Path, env: dict[str, st
         header = json.dumps({"cwd": str(cwd), "env": env, "switch": switch, "cpus": cpus}).encode()
         socket.send_fds(conn, [len(header).to_bytes(4, "big") + header], [stdin_r, stdout, stderr, status])
         answer = b""
-        while not answer.endswith(b"\n"):
+        while b"\n" not in answer:
             chunk = conn.recv(64)
             if not chunk:
                 raise OSError("the zygote closed the connection")
             answer += chunk
-        kind, pid = answer.decode("ascii").split()
-        if kind != "pid":
+        first, pending = answer.split(b"\n", 1)
+        kind, pid = first.decode("ascii").split()
+        if kind != "pid" or not pid.isdigit():
             raise OSError(f"unexpected answer {answer!r}")
         conn.settimeout(None)
     except (OSError, ValueError):
@@ -136,7 +139,7 @@ def spawn(*, stdout: int, stderr: int, status: int, cwd: Path, env: dict[str, st
         os.close(stdin_w)
         return None
     os.close(stdin_r)
-    return Forked(conn, int(pid), os.fdopen(stdin_w, "wb"))
+    return Forked(conn, int(pid), os.fdopen(stdin_w, "wb"), pending)
 
 
 # --------------------------------------------------------------------------- the class run's side

@@ -242,3 +242,18 @@ def test_a_socket_nobody_serves_is_not_waited_on(tmp_path, monkeypatch):
     assert zygote.spawn(stdout=1, stderr=2, status=2, cwd=tmp_path, env={}, switch=[]) is None
     assert time.monotonic() - t0 < 5
     s.close()
+
+
+@pytest.mark.parametrize("pending, sent, code", [
+    (b"exit 3\n", b"", 3),  # arrived with the "pid" line: a worker that died at once
+    (b"", b"exit -11\n", -signal.SIGSEGV),
+    (b"ex", b"it 0\n", 0),  # split across reads
+    (b"", b"nonsense\n", -signal.SIGKILL),
+    (b"", b"", -signal.SIGKILL),  # the minder closed without a word
+])
+def test_exit_reports_are_read_whatever_their_framing(pending, sent, code):
+    ours, theirs = socket.socketpair()
+    proc = zygote.Forked(ours, 1234, None, pending)
+    theirs.sendall(sent)
+    theirs.close()
+    assert proc.wait(timeout=5) == code and proc.poll() == code
