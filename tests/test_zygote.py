@@ -257,3 +257,19 @@ def test_exit_reports_are_read_whatever_their_framing(pending, sent, code):
     theirs.sendall(sent)
     theirs.close()
     assert proc.wait(timeout=5) == code and proc.poll() == code
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_checks_run_in_a_forked_worker(zyg, monkeypatch):
+    """The zygote never touches CUDA, so a worker forked from it can initialise it: on a GPU
+    machine the CUDA checks run and count in class mode too."""
+    from grader import engine
+
+    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(zyg.socket))
+    report = engine.grade(Path(__file__).resolve().parent / "submissions" / "correct.py",
+                          exercises=["causal_mask", "attention", "kv_cache_attention"])
+    for e in report.exercises:
+        cuda = [c for c in e.checks if "CUDA" in c.name]
+        assert cuda and all(c.passed and not c.skipped for c in cuda), (e.name, [c.message for c in cuda])
+        assert e.status == "passed"
