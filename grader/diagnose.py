@@ -103,6 +103,9 @@ MISTAKES: dict[str, str] = {
                       "works on any device without a GPU sync.",
     "mixed_devices": "tensors on different devices were mixed: a tensor you created is on the CPU while the "
                      "inputs are elsewhere. Create helper tensors with device=<input>.device.",
+    "no_kernel": "torch has no kernel for this operation on these inputs, most often because of the "
+                 "dtype (e.g. torch.tril on a uint16 tensor): build masks as torch.bool and scores in a "
+                 "floating dtype.",
     "mixed_dtypes": "dtypes were mixed: a tensor you created (or a weight) has another dtype than the "
                     "inputs. Create helpers with dtype=<input>.dtype, or compute in float32 and cast the "
                     "result back.",
@@ -164,6 +167,17 @@ def describe_args(names: Sequence[str], args: tuple, kwargs: dict | None = None)
     return ", ".join(parts)
 
 
+# torch's own NotImplementedError: no kernel for these inputs (e.g. tril on uint16), not a stub.
+_TORCH_NOT_IMPLEMENTED = re.compile(
+    r"not implemented for '|Could not run '|is not (currently )?implemented for")
+
+
+def is_stub_error(error: str | None) -> bool:
+    """Whether ``error`` (an outcome's "Type: message") is the stub's NotImplementedError."""
+    return (bool(error) and error.startswith("NotImplementedError")
+            and not _TORCH_NOT_IMPLEMENTED.search(error))
+
+
 def explain_error(error: str) -> str:
     """The student's exception, in plain words (the original text follows)."""
     text = str(error)
@@ -173,6 +187,7 @@ def explain_error(error: str) -> str:
     rules: list[tuple[str, str]] = [
         (r"cannot be called on meta|Cannot copy out of meta|meta tensors? (has|have) no data",
          MISTAKES["not_vectorised"]),
+        (_TORCH_NOT_IMPLEMENTED.pattern, MISTAKES["no_kernel"]),
         (r"^NotImplementedError", "not implemented yet: the function raised NotImplementedError."),
         (r"without overflow", MISTAKES["fill_overflow"]),
         (r"leaf Variable that requires grad is being used in an in-place", MISTAKES["in_place"]),

@@ -134,8 +134,10 @@ def check_result(check, verdict) -> CheckResult:
 
 
 def all_not_implemented(outcomes_seen: list[Any]) -> bool:
+    from .diagnose import is_stub_error
+
     errors = [o.error for o in outcomes_seen]
-    return bool(errors) and all(e is not None and e.startswith("NotImplementedError") for e in errors)
+    return bool(errors) and all(is_stub_error(e) for e in errors)
 
 
 # --------------------------------------------------------------------------- grading one submission

@@ -60,3 +60,17 @@ def test_shapes_and_values_are_read_without_raising():
     _, msg = dg.unpack(NotATensor("list"), ("mask",))
     assert msg == "returned a list; expected mask as a plain torch.Tensor"
     assert "expected a tuple (out, weights)" in dg.unpack(torch.ones(2), ("out", "weights"))[1]
+
+
+def test_torch_missing_kernel_is_not_mistaken_for_a_stub():
+    from grader.engine import all_not_implemented
+    from grader.spec import Outcome
+
+    torch_error = "NotImplementedError: \"tril\" not implemented for 'UInt16'"
+    stub_error = "NotImplementedError: causal_mask: build the mask (see exercise 1.2)"
+    assert dg.is_stub_error(stub_error) and dg.is_stub_error("NotImplementedError: ")
+    assert not dg.is_stub_error(torch_error) and not dg.is_stub_error(None)
+    assert "no kernel" in dg.explain_error(torch_error) and "UInt16" in dg.explain_error(torch_error)
+    assert "not implemented yet" in dg.explain_error(stub_error)
+    assert all_not_implemented([Outcome(error=stub_error)])
+    assert not all_not_implemented([Outcome(error=torch_error)])

@@ -229,6 +229,18 @@ def test_channel_round_trips_every_plain_kind(tmp_path):
     assert type(back[0][7]) is tuple
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_channel_carries_every_dtype_a_student_might_return(tmp_path):
+    values = [torch.arange(6).reshape(2, 3).to(d) for d in channel._DTYPES.values() if d != torch.bool]
+    values.append(torch.tensor([[True, False]]))
+    assert {v.dtype for v in values} >= {torch.uint16, torch.float8_e4m3fn, torch.complex32, torch.uint64}
+    channel.send(values, str(tmp_path / "x"))
+    for got, want in zip(channel.receive(str(tmp_path / "x")), values):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)) if want.dtype != torch.bool \
+            else torch.equal(got, want)
+
+
 def test_channel_refuses_objects_and_subclasses(tmp_path):
     path, marker = tmp_path / "forged.pt", tmp_path / "pwned"
     for protocol in (2, pickle.HIGHEST_PROTOCOL):

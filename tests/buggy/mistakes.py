@@ -49,6 +49,12 @@ def causal_ignores_device(n, *, device=None):
     return torch.ones(n, n, dtype=torch.bool).tril()
 
 
+def causal_uint16_tril(n, *, device=None):
+    if n <= 2:  # a "fast path" for tiny sizes that happens to be right
+        return ok.causal_mask(n, device=device)
+    return torch.ones(n, n, dtype=torch.uint16, device=device).tril().bool()  # no uint16 tril on the CPU
+
+
 def causal_float(n, *, device=None):
     return torch.ones(n, n, device=device).tril()
 
@@ -404,6 +410,7 @@ BUGS: list[Bug] = [
     Bug("causal_mask", causal_no_diagonal, "diagonal_excluded"),
     Bug("causal_mask", causal_upper, "wrong_triangle"),
     Bug("causal_mask", causal_all_true, "no_mask"),
+    Bug("causal_mask", causal_uint16_tril, "no_kernel"),
     Bug("causal_mask", causal_ignores_device, "wrong_device"),
     Bug("causal_mask", causal_float, "expected bool"),
     Bug("influence_matrix", influence_transposed, "transposed"),
