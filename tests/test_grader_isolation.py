@@ -330,6 +330,18 @@ def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkey
             sandbox.receive_record(tmp_path, forged)
 
 
+def test_channel_log_survives_its_descriptor_being_closed(tmp_path):
+    from grader import sandbox
+
+    log = channel.Log(str(tmp_path))
+    first = log.append(torch.ones(2))
+    os.close(log.fd)  # what os.closerange(3, ...) in student code does
+    second = log.append(torch.zeros(3))
+    assert first.split()[0] != second.split()[0], "a new file"
+    assert torch.equal(sandbox.receive_record(tmp_path, first), torch.ones(2))
+    assert torch.equal(sandbox.receive_record(tmp_path, second), torch.zeros(3))
+
+
 def test_channel_refuses_oversized_files(tmp_path, monkeypatch):
     monkeypatch.setattr(channel, "MAX_FILE_BYTES", 1000)
     channel.send(torch.zeros(1000), str(tmp_path / "big.pt"))
