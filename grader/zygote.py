@@ -290,9 +290,9 @@ def _become_worker(req: dict, fds: list[int], others: set[int], wakeups) -> None
                 os.sched_setaffinity(0, req["cpus"])
             except OSError:
                 pass
-        sys.argv = [sys.argv[0], str(status), *req["switch"]]
         from . import worker
 
+        sys.argv = [worker.__file__, str(status), *req["switch"]]  # as `python -m grader.worker` has it
         worker.serve(status, req["switch"][0] if req["switch"] else None)
         code = 0
     except BaseException:  # noqa: BLE001 -- reported on the worker's stderr, like a crashed interpreter
