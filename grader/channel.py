@@ -30,6 +30,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import struct
 from typing import Any
 
@@ -112,6 +113,13 @@ class _Reader(pickle.Unpickler):
         return flat.view(dtype).reshape(shape)
 
 
+def too_big(nbytes: int) -> str | None:
+    """The message for a record of ``nbytes``, if that is over the limit."""
+    if nbytes <= MAX_FILE_BYTES:
+        return None
+    return f"the returned values take {nbytes // 2**20} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB"
+
+
 def encode(obj: Any) -> bytes:
     """One record: ``obj`` (plain data) in the format above."""
     raw: list[bytes] = []
@@ -122,9 +130,8 @@ def encode(obj: Any) -> bytes:
 
 def decode(data: bytes) -> Any:
     """Parent side: the validated value of one record; :class:`ChannelError` on anything odd."""
-    if len(data) > MAX_FILE_BYTES:
-        raise ChannelError(f"the returned values take {len(data) // 2**20} MiB; "
-                           f"the limit is {MAX_FILE_BYTES // 2**20} MiB")
+    if message := too_big(len(data)):
+        raise ChannelError(message)
     try:
         head = len(MAGIC) + 8
         if len(data) < head or not data.startswith(MAGIC):
@@ -143,9 +150,39 @@ class Log:
     """Worker side: records appended to ``PID.N.bin`` files in ``folder`` (shared by the
     workers of one grading: each writes its own files)."""
 
+    ANNOUNCEMENT = re.compile(r"^(\d{1,10}\.\d{1,6}) (\d{1,12}) (\d{1,12})$")  # PID.N OFFSET LENGTH
+
     def __init__(self, folder: str):
         self.folder, self.index, self.fd = folder, -1, -1
         self.name = ""
+
+    @classmethod
+    def parse(cls, where: str) -> tuple[str, int, int]:
+        """Parent side: (file name, offset, length) of an announced record."""
+        m = cls.ANNOUNCEMENT.match(where)
+        if m is None:
+            raise ChannelError("the worker announced a result it did not write")
+        return f"{m[1]}.bin", int(m[2]), int(m[3])
+
+    def append(self, obj: Any) -> str:
+        """Write one record; ``"PID.N OFFSET LENGTH"`` to announce it by (once it is complete)."""
+        data = encode(obj)
+        if message := too_big(len(data)):
+            raise ValueError(message)
+        try:
+            return self._write(data)
+        except OSError:
+            self.fd = -1  # student code closed (or replaced) our descriptor: a new file
+            return self._write(data)
+
+    def _write(self, data: bytes) -> str:
+        if self.fd < 0 or os.lseek(self.fd, 0, os.SEEK_END) + len(data) > MAX_FILE_BYTES:
+            self._next_file()
+        offset = os.lseek(self.fd, 0, os.SEEK_END)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        return f"{self.name} {offset} {len(data)}"
 
     def _next_file(self) -> None:
         if self.fd >= 0:
@@ -157,48 +194,6 @@ class Log:
         self.name = f"{os.getpid()}.{self.index}"
         self.fd = os.open(os.path.join(self.folder, f"{self.name}.bin"),
                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-
-    def append(self, obj: Any) -> str:
-        """Write one record; ``"PID.N OFFSET LENGTH"`` to announce it by (once it is complete)."""
-        data = encode(obj)
-        if len(data) > MAX_FILE_BYTES:
-            raise ValueError(f"the returned values take {len(data) // 2**20} MiB; "
-                             f"the limit is {MAX_FILE_BYTES // 2**20} MiB")
-        for attempt in range(2):
-            try:
-                if self.fd < 0 or os.lseek(self.fd, 0, os.SEEK_END) + len(data) > MAX_FILE_BYTES:
-                    self._next_file()
-                offset = os.lseek(self.fd, 0, os.SEEK_END)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self.fd, view):]
-                return f"{self.name} {offset} {len(data)}"
-            except OSError:
-                if attempt:
-                    raise
-                self.fd = -1  # student code closed (or replaced) our descriptor: a new file
-        raise AssertionError("unreachable")
-
-
-def send(obj: Any, path: str) -> None:
-    """One record as a file of its own, written atomically."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(encode(obj))
-    os.replace(tmp, path)
-
-
-def receive(path: str) -> Any:
-    """The record in the file ``path`` (see :func:`decode`)."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        raise ChannelError("the worker wrote no result") from None
-    if size > MAX_FILE_BYTES:
-        raise ChannelError(f"the returned values take {size // 2**20} MiB; "
-                           f"the limit is {MAX_FILE_BYTES // 2**20} MiB")
-    with open(path, "rb") as f:
-        return decode(f.read(MAX_FILE_BYTES + 1))
 
 
 def plain(x: Any, depth: int = 0, budget: list[int] | None = None) -> Any:

@@ -111,8 +111,10 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
     results_dir.mkdir(parents=True, exist_ok=True)
     final = results_dir / "results.json"
     final.unlink(missing_ok=True)
+    seed_file = source / SEED_FILE
     try:
-        seed = int((source / SEED_FILE).read_text().strip())
+        seed_text = seed_file.read_text()
+        seed = int(seed_text.strip())
     except (OSError, ValueError) as e:
         results = failure_results(f"The autograder bundle has no valid {SEED_FILE} ({e}); rebuild it with "
                                   f"`python -m grader.gradescope build`. Not your code's fault.")
@@ -120,8 +122,6 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
         return results
     # While student code runs, the seed is in no file: the sandbox's user may be able to read
     # any file (it keeps CAP_DAC_READ_SEARCH where Python's own files are not world-readable).
-    seed_file = source / SEED_FILE
-    seed_text = seed_file.read_text()
     try:
         seed_file.unlink()
     except OSError:

@@ -174,15 +174,7 @@ class Preloaded:
 
     def close(self) -> None:
         """Stop the server and reap it (its children's CPU time then counts as ours)."""
-        try:
-            self.server.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.server.kill()
-            self.server.wait()
+        stop_server(self.server)
 
 
 class ChildWakeups:
@@ -307,25 +299,68 @@ def _kill_group(pgid: int) -> None:
                     pass
 
 
+def _stat(pid: int) -> list[str]:
+    """``/proc/PID/stat`` after the command name: state, ppid, pgrp, session, ... ([] if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return text[text.rfind(")") + 2:].split()
+
+
+def _pids() -> list[int]:
+    """Every process, from /proc (empty where there is no /proc)."""
+    try:
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+
+
 def _descendants(root: int) -> list[int]:
     """Processes descended from ``root``, from /proc (empty where there is no /proc)."""
     children: dict[int, list[int]] = {}
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    for d in proc.iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
+    for pid in _pids():
+        fields = _stat(pid)
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(pid)
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
     return found
+
+
+def session_members(sid: int) -> list[int]:
+    """Processes in session ``sid`` (a sandbox's), e.g. children it left behind."""
+    return [pid for pid in _pids() if _stat(pid)[3:4] == [str(sid)]]
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process in session ``sid`` and in process group ``sid``."""
+    for pid in session_members(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Close a server's stdin (its sign to finish) and reap it; kill it if it lingers 30 s."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def single_thread_env(base: dict[str, str] | None = None) -> dict[str, str]:

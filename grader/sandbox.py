@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import zygote
+from .processes import kill_session
 
 #: Environment variables a worker may see: nothing secret (no GRADER_SEED, no tokens).
 ENV_ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH",
@@ -306,17 +307,18 @@ class Worker:
         read_fd, write_fd = os.pipe()
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
+        env = worker_env(self.work)
         # In a class run, forked from the zygote (torch already imported); else a fresh interpreter.
         self.proc: subprocess.Popen | zygote.Forked | None = zygote.spawn(
             stdout=self._stdout.fileno(), stderr=self._stderr.fileno(), status=write_fd, cwd=self.work,
-            env=worker_env(self.work), switch=switch)
+            env=env, switch=switch)
         if self.proc is None:
             # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
             flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
             self.proc = subprocess.Popen(
                 [sys.executable, *flags, "-m", "grader.worker", str(write_fd), *switch],
                 stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
-                cwd=self.work, env=worker_env(self.work), start_new_session=True,
+                cwd=self.work, env=env, start_new_session=True,
                 pass_fds=(write_fd,), close_fds=True,
             )
         os.close(write_fd)
@@ -380,16 +382,7 @@ class Worker:
 
     def stop(self) -> None:
         """Kill the worker, its process group and anything else in its session."""
-        pid = self.proc.pid
-        for target in _session_members(pid):
-            try:
-                os.kill(target, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        kill_session(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -430,26 +423,6 @@ def crash_site_in(text: str) -> str | None:
     return None
 
 
-def _session_members(sid: int) -> list[int]:
-    """Processes in session ``sid`` (the worker's), e.g. children it left behind."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 3 and fields[3] == str(sid):
-            members.append(int(entry))
-    return members
-
-
-_RECORD = re.compile(r"^(\d{1,10}\.\d{1,6}) (\d{1,12}) (\d{1,12})$")
-
-
 def receive(path: Path, offset: int = 0, length: int | None = None) -> Any:
     """:func:`grader.channel.decode` for ``length`` bytes at ``offset`` of a file in the worker's
     folder (all of it if no length), which student code controls.
@@ -468,9 +441,8 @@ def receive(path: Path, offset: int = 0, length: int | None = None) -> Any:
         if not stat.S_ISREG(st.st_mode):
             raise channel.ChannelError("the worker's result is not a plain file")
         length = st.st_size - offset if length is None else length
-        if length > channel.MAX_FILE_BYTES:
-            raise channel.ChannelError(f"the returned values take {length // 2**20} MiB; "
-                                       f"the limit is {channel.MAX_FILE_BYTES // 2**20} MiB")
+        if message := channel.too_big(length):
+            raise channel.ChannelError(message)
         data = os.pread(fd, length, offset) if length > 0 else b""
         if len(data) != length:
             raise channel.ChannelError("the worker's result was cut short")
@@ -483,10 +455,8 @@ def receive_record(out: Path, where: str) -> Any:
     """The record a worker announced as ``PID.N OFFSET LENGTH`` (see :class:`grader.channel.Log`)."""
     from . import channel
 
-    m = _RECORD.match(where)
-    if m is None:
-        raise channel.ChannelError("the worker announced a result it did not write")
-    return receive(out / f"{m[1]}.bin", int(m[2]), int(m[3]))
+    name, offset, length = channel.Log.parse(where)
+    return receive(out / name, offset, length)
 
 
 def output_tail(tmp: Path, keep: int = TAIL_CHARS, width: int = 200) -> str:

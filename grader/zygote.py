@@ -37,6 +37,7 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .processes import ChildWakeups, _descendants
+from .processes import ChildWakeups, _descendants, _stat, kill_session, stop_server
 
 #: Environment variable naming the zygote's socket, for the grading processes of a class run.
 ZYGOTE_ENV = "GRADER_ZYGOTE"
@@ -180,46 +181,21 @@ class Zygote:
 
     def close(self) -> None:
         """Stop the zygote (it kills anything it forked that is still running) and reap it."""
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        import shutil
-
+        stop_server(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- the zygote
 
 
-def _session_kill(sid: int) -> None:
-    from .sandbox import _session_members
-
-    for pid in _session_members(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        os.killpg(sid, signal.SIGKILL)
-    except OSError:
-        pass
-
-
 def _forked_by_us(pid: int) -> bool:
     """Whether ``pid`` descends from this zygote: a worker, or something a worker started."""
     me = os.getpid()
     for _ in range(64):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        fields = _stat(pid)
+        if len(fields) < 2 or not fields[1].isdigit():
             return False
+        pid = int(fields[1])
         if pid == me:
             return True
         if pid <= 1:
@@ -328,7 +304,7 @@ def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wake
         try:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:
-            _session_kill(pid)
+            kill_session(pid)
         alive = True
         while True:
             ready, _, _ = select.select([conn, wakeups.r] if alive else [wakeups.r], [], [], 1.0)
@@ -339,7 +315,7 @@ def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wake
                 except OSError:
                     data = b""
                 if not data:  # the grading is gone (or killed for time): so is its worker
-                    _session_kill(pid)
+                    kill_session(pid)
                     alive = False
             done, wstatus = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -378,7 +354,7 @@ def serve(path: str) -> None:
             running = False
             for pid in list(minders):
                 for worker_pid in _descendants(pid):
-                    _session_kill(worker_pid)
+                    kill_session(worker_pid)
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:

@@ -117,11 +117,7 @@ def _class(root: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    return processes._stat(pid)[:1] not in ([], ["Z"], ["X"])  # gone, zombie or dead
 
 
 def _text(path: Path) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import channel, cli, engine, rules, submission
+from grader import channel, cli, engine, rules, sandbox, submission
 from grader.results import CRASHED, FAILED, NOT_FOUND, PASSED, TIMED_OUT
 from grader.spec import Call, Check, NotATensor, Outcome, Verdict
 
@@ -193,8 +193,8 @@ def test_forbidden_apis_are_reported_and_score_zero():
 def test_channel_round_trips_outcomes(tmp_path):
     o = Outcome(output=(torch.ones(2), NotATensor("list")), devices=("cpu", None), error=None,
                 args_after=({"value": torch.zeros(1), "grad_set": False}, None), grads={0: torch.ones(3)})
-    channel.send([channel.outcome_to_data(o)], str(tmp_path / "x.pt"))
-    (back,) = [channel.outcome_from_data(d) for d in channel.receive(str(tmp_path / "x.pt"))]
+    (tmp_path / "x.pt").write_bytes(channel.encode([channel.outcome_to_data(o)]))
+    (back,) = [channel.outcome_from_data(d) for d in sandbox.receive(tmp_path / "x.pt")]
     assert torch.equal(back.output[0], torch.ones(2)) and back.output[1] == NotATensor("list")
     assert back.args_after[0]["grad_set"] is False and torch.equal(back.grads[0], torch.ones(3))
 
@@ -219,8 +219,8 @@ def test_channel_round_trips_every_plain_kind(tmp_path):
                         torch.tensor([1.5, -2.0], dtype=torch.bfloat16), torch.tensor([1 + 2j]),
                         torch.arange(3, dtype=torch.int8)),
             "c": 1 + 2j, "n": None, "f": float("inf"), "s": "héllo", "b": False}]
-    channel.send(obj, str(tmp_path / "x"))
-    back = channel.receive(str(tmp_path / "x"))
+    (tmp_path / "x").write_bytes(channel.encode(obj))
+    back = sandbox.receive(tmp_path / "x")
     assert torch.equal(back[0]["t"], t) and back[0]["t"].shape == (4, 3)
     for got, want in zip(back[0][7], obj[0][7]):
         assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
@@ -234,8 +234,8 @@ def test_channel_carries_every_dtype_a_student_might_return(tmp_path):
     values = [torch.arange(6).reshape(2, 3).to(d) for d in channel._DTYPES.values() if d != torch.bool]
     values.append(torch.tensor([[True, False]]))
     assert {v.dtype for v in values} >= {torch.uint16, torch.float8_e4m3fn, torch.complex32, torch.uint64}
-    channel.send(values, str(tmp_path / "x"))
-    for got, want in zip(channel.receive(str(tmp_path / "x")), values):
+    (tmp_path / "x").write_bytes(channel.encode(values))
+    for got, want in zip(sandbox.receive(tmp_path / "x"), values):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)) if want.dtype != torch.bool \
             else torch.equal(got, want)
@@ -246,14 +246,14 @@ def test_channel_refuses_objects_and_subclasses(tmp_path):
     for protocol in (2, pickle.HIGHEST_PROTOCOL):
         _channel_file(path, [_Forged(marker)], protocol=protocol)
         with pytest.raises(channel.ChannelError, match="not plain data"):
-            channel.receive(str(path))
+            sandbox.receive(path)
     assert not marker.exists(), "unpickling ran code"
     _channel_file(path, [torch.nn.Parameter(torch.ones(2))])  # a tensor pickled the usual way
     with pytest.raises(channel.ChannelError, match="not plain data"):
-        channel.receive(str(path))
+        sandbox.receive(path)
     torch.save([torch.ones(2)], path)  # not our framing at all
     with pytest.raises(channel.ChannelError):
-        channel.receive(str(path))
+        sandbox.receive(path)
     with pytest.raises(channel.ChannelError):
         channel.outcome_from_data({"error": 3})
 
@@ -290,12 +290,12 @@ def _forged_records(path: Path, pids: list, raw: bytes) -> None:
 def test_channel_refuses_malformed_tensor_records(tmp_path, pid, why):
     _forged_records(tmp_path / "f", [pid], b"\0" * 8)
     with pytest.raises(channel.ChannelError, match="not plain data"):
-        channel.receive(str(tmp_path / "f"))
+        sandbox.receive(tmp_path / "f")
 
 
 def test_channel_forged_bools_are_bools(tmp_path):
     _forged_records(tmp_path / "f", [("tensor", "bool", [3], 0, 3)], bytes([0, 2, 255]))
-    (t,) = channel.receive(str(tmp_path / "f"))
+    (t,) = sandbox.receive(tmp_path / "f")
     assert t.dtype == torch.bool and t.tolist() == [False, True, True] and t.to(torch.uint8).max() == 1
 
 
@@ -306,12 +306,10 @@ def test_channel_shared_references_cannot_make_a_small_file_expensive(tmp_path):
     _channel_file(tmp_path / "dag", node)
     assert (tmp_path / "dag").stat().st_size < 1000
     with pytest.raises(channel.ChannelError, match="items"):
-        channel.receive(str(tmp_path / "dag"))
+        sandbox.receive(tmp_path / "dag")
 
 
 def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkeypatch):
-    from grader import sandbox
-
     monkeypatch.setattr(channel, "MAX_FILE_BYTES", 4000)
     log = channel.Log(str(tmp_path))
     values = [torch.full((100,), float(i)) for i in range(12)]  # ~550 bytes each: several files
@@ -331,8 +329,6 @@ def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkey
 
 
 def test_channel_log_survives_its_descriptor_being_closed(tmp_path):
-    from grader import sandbox
-
     log = channel.Log(str(tmp_path))
     first = log.append(torch.ones(2))
     os.close(log.fd)  # what os.closerange(3, ...) in student code does
@@ -344,9 +340,9 @@ def test_channel_log_survives_its_descriptor_being_closed(tmp_path):
 
 def test_channel_refuses_oversized_files(tmp_path, monkeypatch):
     monkeypatch.setattr(channel, "MAX_FILE_BYTES", 1000)
-    channel.send(torch.zeros(1000), str(tmp_path / "big.pt"))
+    (tmp_path / "big.pt").write_bytes(channel.encode(torch.zeros(1000)))
     with pytest.raises(channel.ChannelError, match="limit"):
-        channel.receive(str(tmp_path / "big.pt"))
+        sandbox.receive(tmp_path / "big.pt")
 
 
 def test_judge_exception_becomes_an_internal_error_verdict():
