@@ -44,13 +44,18 @@ class Copy:
         self.root = root
         for name in ("grader", "attnmask"):
             shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
-                        str(root / "venv")], check=True)
+        # Not --system-site-packages: under a venv that would see the base Python's
+        # packages, not this interpreter's. A .pth line puts this interpreter's
+        # site-packages (torch, rich, ...) on the copy's path instead, wherever the
+        # interpreter came from (venv, conda, system Python).
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
         self.python = root / "venv" / "bin" / "python"
         out = subprocess.run([str(self.python), "-c", "import site; print(site.getsitepackages()[0])"],
                              check=True, capture_output=True, text=True).stdout
         self.site = Path(out.strip())
         assert self.site.is_relative_to(root)
+        ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
+        (self.site / "outer_site.pth").write_text("".join(f"{p}\n" for p in ours))
         self.runs = 0
 
     def files(self) -> dict[str, bytes]:
