@@ -5,7 +5,7 @@ convention). Shape letters: B batch, H heads, Lq queries, Lk keys, L when equal,
 D model width, d head width.
 """
 
-from .attention import attention
+from .attention import Plan, attention, attention_plan
 from .cache import KVCache, kv_cache_attention
 from .influence import influence_matrix
 from .masks import (
@@ -28,6 +28,7 @@ from .predicates import (
     causal,
     document,
     key_padding,
+    kind_of,
     materialize,
     or_masks,
     prefix_lm,
@@ -59,10 +60,12 @@ __all__ = [
     "KVCache",
     "ModelConfig",
     "MultiHeadAttention",
+    "Plan",
     "TinyDecoder",
     "TinyEncoderDecoder",
     "and_masks",
     "attention",
+    "attention_plan",
     "block_mask",
     "broadcast_mask",
     "causal",
@@ -74,6 +77,7 @@ __all__ = [
     "encoder_decoder_masks",
     "influence_matrix",
     "key_padding",
+    "kind_of",
     "kv_cache_attention",
     "masked_softmax",
     "materialize",

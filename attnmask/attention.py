@@ -6,6 +6,11 @@ returns the weights, and the fast path through PyTorch's fused kernels.
     out     = weights @ v              # (..., Lq, dv)
 
 Both paths give the same results, including zeros for fully masked rows.
+
+The mask may also be a mask function from :mod:`attnmask.predicates`
+(``causal()``, ``sliding_window(w)``, ...). The explicit path materialises it;
+the fast path lets :mod:`attnmask.dispatch` pick a kernel that often needs no
+``(Lq, Lk)`` mask at all, and :func:`attention_plan` says which one and why.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ import math
 import torch
 import torch.nn.functional as F
 
+from . import dispatch
+from .dispatch import Plan
 from .masks import broadcast_mask
+from .predicates import MaskFn
 from .softmax import masked_softmax
 
-__all__ = ["attention", "check_qkv"]
+__all__ = ["Plan", "attention", "attention_plan", "check_qkv"]
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -47,7 +55,7 @@ def attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    mask: torch.Tensor | None = None,
+    mask: torch.Tensor | MaskFn | None = None,
     *,
     scale: float | None = None,
     need_weights: bool = True,
@@ -58,11 +66,13 @@ def attention(
         q: ``(..., Lq, d)``; k: ``(..., Lk, d)``; v: ``(..., Lk, dv)``, same
             leading dims (e.g. ``(B, H)``), dtype and device.
         mask: bool, True = may attend, broadcastable to ``(..., Lq, Lk)``; or
-            ``None`` for full attention.
+            ``None`` for full attention; or a mask function from
+            :mod:`attnmask.predicates`, which needs q ``(B, H, Lq, d)``.
         scale: multiplier of the scores, default ``1 / sqrt(d)``.
         need_weights: ``True`` runs the explicit path and returns the weights.
             ``False`` dispatches to ``F.scaled_dot_product_attention`` (fused,
-            never materialises the weights) and returns ``(out, None)``.
+            never materialises the weights) and returns ``(out, None)``; with
+            a mask function, to the kernel :func:`attention_plan` names.
 
     Returns:
         ``(out (..., Lq, dv), weights (..., Lq, Lk) or None)``. A fully masked
@@ -70,6 +80,11 @@ def attention(
     """
     check_qkv(q, k, v)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    chosen = dispatch.plan(q, k, mask, need_weights=need_weights)
+    if chosen.kernel not in ("explicit", "sdpa"):
+        return dispatch.run(chosen, q, k, v, mask, scale), None
+    if callable(mask):
+        mask = dispatch.dense_mask(mask, q, k)  # (B, 1 or H, Lq, Lk) or smaller
     scores_shape = (*q.shape[:-1], k.shape[-2])
     if mask is not None:
         if mask.dtype != torch.bool:
@@ -85,3 +100,22 @@ def attention(
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Lq, Lk)
     weights = masked_softmax(scores, mask)  # (..., Lq, Lk)
     return weights @ v, weights  # (..., Lq, dv)
+
+
+def attention_plan(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | MaskFn | None = None,
+    *,
+    need_weights: bool = False,
+) -> Plan:
+    """Which kernel ``attention(q, k, v, mask, need_weights=need_weights)`` runs, and why.
+
+    Returns:
+        a frozen :class:`Plan` with ``kernel`` (e.g. ``"sdpa_is_causal"``) and
+        ``reason`` (the rule that chose it, in words). Reads shapes, dtypes and
+        devices only: nothing is computed.
+    """
+    check_qkv(q, k, v)
+    return dispatch.plan(q, k, mask, need_weights=need_weights)

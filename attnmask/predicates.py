@@ -18,11 +18,20 @@ the same function works in two places:
 This is the design of PyTorch's FlexAttention ``mask_mod`` and of Hugging Face's
 ``masking_utils``. Every dense builder in :mod:`attnmask.masks` is a
 materialisation of a predicate defined here.
+
+Each builder labels the function it returns with what it is: ``fn.kind`` (the
+builder's name, e.g. ``"causal"``) and ``fn.params`` (its arguments, e.g.
+``{"offset": 0}``); see :func:`kind_of`. The function stays a plain function,
+so FlexAttention takes it as it is, and ``attention(..., need_weights=False)``
+reads the label to pick a kernel that needs no ``(Lq, Lk)`` mask at all (see
+:mod:`attnmask.dispatch`). A predicate written by hand has no label and is
+treated as ``"custom"``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -35,11 +44,28 @@ __all__ = [
     "causal",
     "document",
     "key_padding",
+    "kind_of",
     "materialize",
     "or_masks",
     "prefix_lm",
     "sliding_window",
 ]
+
+
+def _labelled(kind: str, **params: Any) -> Callable[[MaskFn], MaskFn]:
+    """Decorator: record ``fn.kind = kind`` and ``fn.params = params`` on a predicate."""
+
+    def label(fn: MaskFn) -> MaskFn:
+        fn.kind, fn.params = kind, params
+        return fn
+
+    return label
+
+
+def kind_of(mask_fn: MaskFn) -> tuple[str, dict[str, Any]]:
+    """``(kind, params)`` of a predicate built here, e.g. ``("causal", {"offset": 0})``,
+    ``("and", {"parts": (fn1, fn2)})``; ``("custom", {})`` for any other function."""
+    return getattr(mask_fn, "kind", "custom"), getattr(mask_fn, "params", {})
 
 
 def causal(offset: int = 0) -> MaskFn:
@@ -51,6 +77,7 @@ def causal(offset: int = 0) -> MaskFn:
     triangle must be bottom-right aligned: ``offset = Lk - Lq``.
     """
 
+    @_labelled("causal", offset=offset)
     def mask_fn(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + offset
 
@@ -64,6 +91,7 @@ def sliding_window(window: int) -> MaskFn:
     if window < 1:
         raise ValueError(f"window must be >= 1 (it counts the query itself); got {window}")
 
+    @_labelled("sliding_window", window=window)
     def mask_fn(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
 
@@ -73,7 +101,8 @@ def sliding_window(window: int) -> MaskFn:
 def prefix_lm(prefix_len: int) -> MaskFn:
     """Prefix-LM: the first ``prefix_len`` positions are visible to every query
     (bidirectional prompt), the rest is causal: ``kv_idx <= q_idx or kv_idx < prefix_len``."""
-    return or_masks(causal(), lambda b, h, q_idx, kv_idx: kv_idx < prefix_len)
+    prefix = lambda b, h, q_idx, kv_idx: kv_idx < prefix_len  # noqa: E731
+    return _labelled("prefix_lm", prefix_len=prefix_len)(or_masks(causal(), prefix))
 
 
 def key_padding(lengths: torch.Tensor) -> MaskFn:
@@ -82,6 +111,7 @@ def key_padding(lengths: torch.Tensor) -> MaskFn:
     here: a padded query row still sees the real keys, and its output is ignored
     downstream."""
 
+    @_labelled("key_padding", lengths=lengths)
     def mask_fn(b, h, q_idx, kv_idx):
         return kv_idx < lengths[b]
 
@@ -92,7 +122,8 @@ def document(doc_ids: torch.Tensor) -> MaskFn:
     """Packed documents, ``doc_ids (B, L)``: causal *within* a document, nothing
     across documents. Equal ids mean the same document; ids need not be sorted
     or contiguous."""
-    return and_masks(causal(), lambda b, h, q_idx, kv_idx: doc_ids[b, q_idx] == doc_ids[b, kv_idx])
+    same_doc = lambda b, h, q_idx, kv_idx: doc_ids[b, q_idx] == doc_ids[b, kv_idx]  # noqa: E731
+    return _labelled("document", doc_ids=doc_ids)(and_masks(causal(), same_doc))
 
 
 def and_masks(*mask_fns: MaskFn) -> MaskFn:
@@ -100,6 +131,7 @@ def and_masks(*mask_fns: MaskFn) -> MaskFn:
     if not mask_fns:
         raise ValueError("and_masks needs at least one mask function")
 
+    @_labelled("and", parts=mask_fns)
     def mask_fn(b, h, q_idx, kv_idx):
         out = mask_fns[0](b, h, q_idx, kv_idx)
         for fn in mask_fns[1:]:
@@ -114,6 +146,7 @@ def or_masks(*mask_fns: MaskFn) -> MaskFn:
     if not mask_fns:
         raise ValueError("or_masks needs at least one mask function")
 
+    @_labelled("or", parts=mask_fns)
     def mask_fn(b, h, q_idx, kv_idx):
         out = mask_fns[0](b, h, q_idx, kv_idx)
         for fn in mask_fns[1:]:
