@@ -34,11 +34,20 @@ from .predicates import (
     prefix_lm,
     sliding_window,
 )
+from .real_models import (
+    alibi_bias,
+    alibi_slopes,
+    generate_left_padded,
+    gqa_attention,
+    left_padding_position_ids,
+    packed_labels,
+    packed_position_ids,
+)
 from .softmax import masked_softmax
 
 __version__ = "0.1.0"
 
-#: The thirteen functions of the exercise contract, in chapter order.
+#: The seventeen functions of the exercise contract, in chapter order.
 CONTRACT = (
     "causal_mask",
     "influence_matrix",
@@ -53,6 +62,10 @@ CONTRACT = (
     "sliding_window_mask",
     "prefix_lm_mask",
     "document_mask",
+    "left_padding_position_ids",
+    "packed_labels",
+    "gqa_attention",
+    "alibi_bias",
 )
 
 __all__ = [
@@ -63,6 +76,8 @@ __all__ = [
     "Plan",
     "TinyDecoder",
     "TinyEncoderDecoder",
+    "alibi_bias",
+    "alibi_slopes",
     "and_masks",
     "attention",
     "attention_plan",
@@ -75,14 +90,19 @@ __all__ = [
     "document",
     "document_mask",
     "encoder_decoder_masks",
+    "generate_left_padded",
+    "gqa_attention",
     "influence_matrix",
     "key_padding",
     "kind_of",
     "kv_cache_attention",
+    "left_padding_position_ids",
     "masked_softmax",
     "materialize",
     "multi_head_attention",
     "or_masks",
+    "packed_labels",
+    "packed_position_ids",
     "padding_mask",
     "prefix_lm",
     "prefix_lm_mask",
