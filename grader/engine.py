@@ -129,6 +129,7 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
 
 def check_result(check, verdict) -> CheckResult:
     return CheckResult(name=check.name, public=bool(check.public), weight=float(check.weight),
+                       kind=str(getattr(check, "kind", "value")),
                        passed=bool(verdict.passed) and not verdict.skipped, skipped=bool(verdict.skipped),
                        message=str(verdict.message), detail=str(verdict.detail))
 

@@ -33,6 +33,7 @@ class CheckResult:
     skipped: bool = False
     message: str = ""
     detail: str = ""
+    kind: str = "value"  # "value" / "edge" earn points; "property" only takes them away (score_of)
 
     @property
     def status(self) -> str:
@@ -42,6 +43,30 @@ class CheckResult:
     def line(self) -> str:
         """``name: message`` in one line."""
         return f"{self.name}: {self.message}" if self.message else self.name
+
+
+def score_of(checks: list[CheckResult]) -> float:
+    """The share of an exercise's points that its checks earn, in [0, 1].
+
+    Points come only from checks whose outputs are compared with the reference:
+    the passed share of their weight. Of those, an *edge* check (n = 1, one
+    document, a window wider than the sequence: a case a constant or a simpler
+    mask gets right by accident) earns only once some *value* check, a general
+    case, passes. Each failed *property* check (dtype, device, inputs unchanged,
+    an invariance: things a constant function meets for free) then takes away
+    its share of the weight of all the checks. So code whose general cases are
+    all wrong scores 0 whatever else it does, and code that is right but, say,
+    modifies its inputs loses what that check is worth. Skipped checks count
+    for neither.
+    """
+    counted = [c for c in checks if not c.skipped]
+    compared = [c for c in counted if c.kind in ("value", "edge")]
+    if not compared:
+        return 0.0
+    general = any(c.passed for c in compared if c.kind == "value")
+    earned = sum(c.weight for c in compared if c.passed and (general or c.kind == "value"))
+    lost = sum(c.weight for c in counted if c.kind == "property" and not c.passed)
+    return max(0.0, earned / sum(c.weight for c in compared) - lost / sum(c.weight for c in counted))
 
 
 @dataclass
@@ -65,28 +90,27 @@ class ExerciseResult:
         return [c for c in self.checks if c.skipped]
 
     def finish(self) -> None:
-        """Score from the verdicts: points x passed weight / weight of the checks not skipped.
+        """Score from the verdicts (:func:`score_of`), then the status and its message.
 
         A status already set to something final (not found, crashed, ...) is kept;
-        its score still counts the checks that passed before things went wrong.
+        its score still counts the value checks that passed before things went wrong.
         """
         counted = [c for c in self.checks if not c.skipped]
-        total = sum(c.weight for c in counted)
-        passed = sum(c.weight for c in counted if c.passed)
-        self.score = round(self.max_score * passed / total, 2) if total > 0 else 0.0
+        values = [c for c in counted if c.kind in ("value", "edge")]
+        self.score = round(self.max_score * score_of(self.checks), 2)
         if self.status in (NOT_FOUND, NOT_IMPLEMENTED, GRADER_ERROR):
             self.score = 0.0
             return
         if self.status in (CRASHED, TIMED_OUT):
             return
-        if self.checks and not counted:
-            # Nothing could be checked here: the exercise counts neither for nor against.
+        if self.checks and not values:
+            # Nothing could be compared here: the exercise counts neither for nor against.
             self.status, self.message = SKIPPED, "every check needs hardware this machine lacks"
-            self.max_score = 0.0
-        elif counted and passed == total:
+            self.max_score, self.score = 0.0, 0.0
+        elif all(c.passed for c in counted):
             self.status, self.message = PASSED, ""
         else:
-            self.status = PARTIAL if passed > 0 else FAILED
+            self.status = PARTIAL if self.score > 0 else FAILED
             first = self.first_failure
             self.message = first.line if first else self.message
 
@@ -96,6 +120,7 @@ class ExerciseResult:
             "status": self.status, "message": self.message, "found_at": self.found_at,
             "notes": list(self.notes),
             "checks": [{"name": c.name, "status": c.status, "public": c.public, "weight": c.weight,
+                        "kind": c.kind,
                         "message": c.message, "detail": c.detail} for c in self.checks],
         }
 

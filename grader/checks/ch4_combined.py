@@ -70,7 +70,7 @@ def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     lengths = cases.lengths(gen, B, L)
     return checks + [
         J.values(R, "matches reference (random B, lengths)", calls),
-        J.values(R, "one token (max_len = 1)", [Call((torch.tensor([1, 0, 1]), 1))]),
+        J.values(R, "one token (max_len = 1)", [Call((torch.tensor([1, 0, 1]), 1))], edge=True),
         J.dtypes(R, "returns torch.bool", [Call((lengths, L))]),
         J.on_device(R, "on lengths' device, vectorised (meta)", [Call((lengths, L), device="meta")]),
         J.unchanged(R, "does not modify lengths", [Call((lengths, L))]),

@@ -142,9 +142,9 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
     return checks + [
         J.values(R, "chunk of new tokens (B=2, n > 1, T > 0)", [Call(qkv(gen, B, H, n, T, d))]),
         Check("step by step equals the full pass", decoding_calls(gen, B, H, 6, d),
-              dg.judged(decoding_judge)),
+              dg.judged(decoding_judge), kind="property"),
         Check("later new tokens do not change earlier ones", chunk_pairs(gen, B, H, 4, T, d),
-              pair_judge(R, future_rows, M["future_leak"], only=(0,))),
+              pair_judge(R, future_rows, M["future_leak"], only=(0,)), kind="property"),
         J.values(R, "float16", [Call(qkv(gen, B, H, n, T, d, F16))]),
         J.values(R, "bfloat16", [Call(qkv(gen, B, H, n, T, d, BF16))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call(qkv(gen, B, H, n, T, d, dt)) for dt in cases.FLOATS]),

@@ -425,20 +425,23 @@ def cuda_judge(recipe: Recipe):
 # --------------------------------------------------------------------------- check factories
 
 def values(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False,
-           only: Sequence[int] | None = None, weight: float = 1.0) -> Check:
-    return Check(name, calls, values_judge(recipe, only), public=public, weight=weight)
+           only: Sequence[int] | None = None, weight: float = 1.0, edge: bool = False) -> Check:
+    """Outputs compared with the reference. ``edge``: a degenerate case that a
+    constant or a simpler mask can pass (see :func:`grader.results.score_of`)."""
+    return Check(name, calls, values_judge(recipe, only), public=public, weight=weight,
+                 kind="edge" if edge else "value")
 
 
 def dtypes(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False) -> Check:
-    return Check(name, calls, dtype_judge(recipe), public=public)
+    return Check(name, calls, dtype_judge(recipe), public=public, kind="property")
 
 
 def on_device(recipe: Recipe, name: str, calls: list[Call], device: str = "meta") -> Check:
-    return Check(name, calls, device_judge(recipe, device))
+    return Check(name, calls, device_judge(recipe, device), kind="property")
 
 
 def unchanged(recipe: Recipe, name: str, calls: list[Call]) -> Check:
-    return Check(name, calls, unchanged_judge(recipe))
+    return Check(name, calls, unchanged_judge(recipe), kind="property")
 
 
 def gradients(recipe: Recipe, name: str, calls: list[Call]) -> Check:
@@ -465,7 +468,7 @@ def int_mask_checks(R: Recipe, seed: int, public: list[tuple[str, tuple]], edges
     gen = cases.generator(seed, R.name)
     random_args = [draw(gen) for _ in range(3)]
     return [
-        *[values(R, name, [Call(args)]) for name, args in edges],
+        *[values(R, name, [Call(args)], edge=True) for name, args in edges],
         values(R, "matches reference (random sizes)", [Call(a) for a in random_args]),
         dtypes(R, "returns torch.bool", [Call(public[0][1])]),
         on_device(R, "honours device= (meta)", [Call(random_args[0], {"device": "meta"})]),
