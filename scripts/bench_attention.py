@@ -1,19 +1,33 @@
-"""Time and peak memory of causal attention: explicit path, fused path, PyTorch SDPA.
+"""Time and peak memory of masked attention: explicit path, fused path, mask functions, PyTorch SDPA.
 
     python scripts/bench_attention.py                      # L = 256 .. 2048 on the CPU
     python scripts/bench_attention.py --lengths 512 4096 --device cuda
+    python scripts/bench_attention.py --tables masks       # only the second table
 
-Three ways to compute causal self-attention of ``q, k, v (B, H, L, d)``:
+Table ``causal``: four ways to compute causal self-attention of ``q, k, v (B, H, L, d)``:
 
 * ``explicit``: ``attnmask.attention(q, k, v, causal_mask(L))`` -- builds the
   ``(B, H, L, L)`` scores and weights, so it can return the weights;
 * ``fused``: the same call with ``need_weights=False``, which hands the boolean
   mask to ``F.scaled_dot_product_attention``;
+* ``predicate``: ``attnmask.attention(q, k, v, causal(), need_weights=False)``,
+  the mask *function*, which ``attnmask.dispatch`` turns into ``is_causal``;
 * ``sdpa``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, no mask
   tensor at all. Ratios in the table are relative to this one.
 
 The mask is built before the measurement, like q, k and v: its cost (L * L bytes,
 4 MiB at L = 2048) is an input to the first two methods, not part of the call.
+
+Table ``masks``: masks SDPA has no flag for, a causal sliding window
+(``--window`` keys) and packed documents (``--documents`` equal documents):
+
+* ``window_predicate``, ``document_predicate``: ``attnmask.attention(q, k, v,
+  sliding_window(w) or document(doc_ids), need_weights=False)``; whatever the
+  dispatch chooses (on the CPU: materialise the mask, then SDPA) is part of the
+  call, the materialisation included;
+* ``window_dense``, ``document_dense``: the best alternative, SDPA with the dense
+  boolean mask, built before the measurement as an input. Each predicate row's
+  ratios are relative to its ``_dense`` row.
 
 How the figures are taken, all in one run of this script:
 
@@ -46,7 +60,13 @@ import subprocess
 import sys
 import time
 
-METHODS = ("explicit", "fused", "sdpa")
+TABLES = {
+    "causal": ("explicit", "fused", "predicate", "sdpa"),
+    "masks": ("window_predicate", "window_dense", "document_predicate", "document_dense"),
+}
+BASELINE = {"explicit": "sdpa", "fused": "sdpa", "predicate": "sdpa", "sdpa": "sdpa",
+            "window_predicate": "window_dense", "window_dense": "window_dense",
+            "document_predicate": "document_dense", "document_dense": "document_dense"}
 MIN_TIMING_S = 0.3
 
 
@@ -69,11 +89,21 @@ def _make_call(method: str, L: int, args):
     shape = (args.batch, args.heads, L, args.head_dim)
     dtype = getattr(torch, args.dtype)
     q, k, v = (torch.randn(shape, generator=g, dtype=dtype).to(args.device) for _ in range(3))
+    if method.startswith(("window_", "document_")):
+        doc_ids = (torch.arange(L, device=args.device) * args.documents // L).expand(args.batch, L)  # (B, L)
+        fn = am.sliding_window(args.window) if method.startswith("window_") else am.document(doc_ids)
+        if method.endswith("_predicate"):
+            return lambda: am.attention(q, k, v, fn, need_weights=False)[0]
+        dense = am.materialize(fn, L, L, B=args.batch, device=args.device)  # an input like q, k, v
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
     mask = am.causal_mask(L, device=args.device)  # (L, L), an input like q, k, v
     if method == "explicit":
         return lambda: am.attention(q, k, v, mask)[0]
     if method == "fused":
         return lambda: am.attention(q, k, v, mask, need_weights=False)[0]
+    if method == "predicate":
+        causal = am.causal()
+        return lambda: am.attention(q, k, v, causal, need_weights=False)[0]
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
@@ -126,11 +156,19 @@ def run_fresh(method: str, L: int, args) -> dict:
 def _shared_flags(args) -> list[str]:
     return ["--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
             "--dtype", args.dtype, "--device", args.device, "--warmup", str(args.warmup),
-            "--repeats", str(args.repeats)]
+            "--repeats", str(args.repeats), "--window", str(args.window), "--documents", str(args.documents)]
 
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:8.1f}"
+
+
+def _row(L: int, method: str, r: dict, base: dict) -> str:
+    t_ratio = r["time_s"] / base["time_s"]
+    m_ratio = f"{r['peak_bytes'] / base['peak_bytes']:7.1f}" if base["peak_bytes"] > 0 else "    n/a"
+    star = "*" if r["lower_bound"] else " "
+    memory = f"{_mib(r['peak_bytes'])}{star}{m_ratio}"
+    return f"{L:>6} {method:>18} {r['time_s'] * 1e3:9.2f} {t_ratio:7.2f} {memory}"
 
 
 def main() -> None:
@@ -143,6 +181,9 @@ def main() -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--tables", nargs="+", choices=list(TABLES), default=list(TABLES))
+    p.add_argument("--window", type=int, default=256, help="sliding window, in keys (table masks)")
+    p.add_argument("--documents", type=int, default=4, help="packed documents per sequence (table masks)")
     p.add_argument("--worker", nargs=2, metavar=("METHOD", "L"), help=argparse.SUPPRESS)
     args = p.parse_args()
 
@@ -157,28 +198,28 @@ def main() -> None:
     cuda = args.device.startswith("cuda")
     started = time.perf_counter()
     rows = {}
-    for L in args.lengths:
-        for method in METHODS:
-            rows[L, method] = worker(method, L, args) if cuda else run_fresh(method, L, args)
-    threads = rows[args.lengths[0], "sdpa"]["threads"]
+    for table in args.tables:
+        for L in args.lengths:
+            for method in TABLES[table]:
+                rows[L, method] = worker(method, L, args) if cuda else run_fresh(method, L, args)
+    threads = next(iter(rows.values()))["threads"]
     where = torch.cuda.get_device_name() if cuda else f"CPU, {threads} threads"
     memory = "torch.cuda.max_memory_allocated" if cuda else "ru_maxrss - RSS before, fresh process each"
-    print(f"causal self-attention, B={args.batch} H={args.heads} d={args.head_dim} {args.dtype}, "
+    print(f"self-attention, B={args.batch} H={args.heads} d={args.head_dim} {args.dtype}, "
           f"{where}, torch {torch.__version__}")
     print(f"time: median of >= {args.repeats} calls after {args.warmup} warm-up; "
           f"peak extra memory: {memory}")
     print(f"the (B, H, L, L) scores alone take B*H*L*L*{torch.finfo(getattr(torch, args.dtype)).bits // 8} "
-          "bytes\n")
-    print(f"{'L':>6} {'method':>9} {'time ms':>9} {'x sdpa':>7} {'peak MiB':>9} {'x sdpa':>7}")
-    for L in args.lengths:
-        base = rows[L, "sdpa"]
-        for method in METHODS:
-            r = rows[L, method]
-            t_ratio = r["time_s"] / base["time_s"]
-            m_ratio = f"{r['peak_bytes'] / base['peak_bytes']:7.1f}" if base["peak_bytes"] > 0 else "    n/a"
-            star = "*" if r["lower_bound"] else " "
-            print(f"{L:>6} {method:>9} {r['time_s'] * 1e3:9.2f} {t_ratio:7.2f} {_mib(r['peak_bytes'])}{star}"
-                  f"{m_ratio}")
+          "bytes")
+    titles = {"causal": "causal; ratios to sdpa (is_causal=True)",
+              "masks": f"sliding window of {args.window} and {args.documents} packed documents; "
+                       "ratios to the same mask, dense, in SDPA"}
+    for table in args.tables:
+        print(f"\n{titles[table]}")
+        print(f"{'L':>6} {'method':>18} {'time ms':>9} {'x base':>7} {'peak MiB':>9} {'x base':>7}")
+        for L in args.lengths:
+            for method in TABLES[table]:
+                print(_row(L, method, rows[L, method], rows[L, BASELINE[method]]))
     print(f"\ntotal benchmark time {time.perf_counter() - started:.1f} s")
 
 
