@@ -1,4 +1,4 @@
-"""What the autograder checks: the thirteen exercises of the contract, in chapter order.
+"""What the autograder checks: the seventeen exercises of the contract, in chapter order.
 
 ``EXERCISES[name].make_checks(seed, hidden=False)`` gives the public checks (the
 ones the in-notebook ``check`` runs); ``hidden=True`` adds the randomized
@@ -8,23 +8,37 @@ hidden checks drawn from ``seed``. Points are declared once, in :data:`POINTS`.
 from __future__ import annotations
 
 from ..spec import Exercise
-from . import ch1_leakage, ch2_softmax, ch3_padding, ch4_combined, ch5_cross, ch6_cache, ch7_variants
+from . import (
+    ch1_leakage,
+    ch2_softmax,
+    ch3_padding,
+    ch4_combined,
+    ch5_cross,
+    ch6_cache,
+    ch7_variants,
+    ch9_real,
+)
 
-#: Points per exercise (the only place they are declared).
+#: Points per exercise (the only place they are declared). They add up to 100:
+#: the four chapter-9 exercises took 20 points from the seven 10-point ones.
 POINTS: dict[str, float] = {
     "causal_mask": 5.0,
-    "influence_matrix": 10.0,
+    "influence_matrix": 7.0,
     "to_additive": 5.0,
-    "masked_softmax": 10.0,
-    "attention": 10.0,
+    "masked_softmax": 7.0,
+    "attention": 8.0,
     "padding_mask": 5.0,
-    "decoder_mask": 10.0,
-    "encoder_decoder_masks": 10.0,
-    "multi_head_attention": 10.0,
-    "kv_cache_attention": 10.0,
+    "decoder_mask": 7.0,
+    "encoder_decoder_masks": 6.0,
+    "multi_head_attention": 8.0,
+    "kv_cache_attention": 7.0,
     "sliding_window_mask": 5.0,
     "prefix_lm_mask": 5.0,
     "document_mask": 5.0,
+    "left_padding_position_ids": 5.0,
+    "packed_labels": 5.0,
+    "gqa_attention": 5.0,
+    "alibi_bias": 5.0,
 }
 
 _MAKERS = [
@@ -41,6 +55,10 @@ _MAKERS = [
     (7, ch7_variants.sliding_window_mask_checks),
     (7, ch7_variants.prefix_lm_mask_checks),
     (7, ch7_variants.document_mask_checks),
+    (9, ch9_real.left_padding_position_ids_checks),
+    (9, ch9_real.packed_labels_checks),
+    (9, ch9_real.gqa_attention_checks),
+    (9, ch9_real.alibi_bias_checks),
 ]
 
 #: The graded exercises, in chapter order, by function name.
@@ -73,6 +91,14 @@ _SUMMARIES = {
                            "i - j < window.",
     "prefix_lm_mask": "prefix_lm_mask(n, prefix_len, *, device=None): bool (n, n), j <= i or j < prefix_len.",
     "document_mask": "document_mask(doc_ids): broadcasts to (B, 1, L, L): same document id and j <= i.",
+    "left_padding_position_ids": "left_padding_position_ids(keep): int64 (B, L), each row's real tokens "
+                                 "(keep True) numbered 0, 1, 2, ... in order; 0 at padding.",
+    "packed_labels": "packed_labels(tokens, doc_ids, ignore_index=-100): int64 (B, L), tokens[b, t + 1] "
+                     "where t + 1 is in t's document, else ignore_index; the last column is ignore_index.",
+    "gqa_attention": "gqa_attention(q, k, v, mask=None): (B, Hq, Lq, dv); query head h attends with "
+                     "key/value head h // G (Hq = G * Hkv), scale 1/sqrt(d), zeros for fully masked rows.",
+    "alibi_bias": "alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32): (H, Lq, Lk) causal "
+                  "ALiBi bias, bottom-right aligned: -slope_h * (pos_q - j), -inf for j > pos_q.",
 }
 
 

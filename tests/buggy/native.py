@@ -16,6 +16,8 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     decoder_mask,
     document_mask,
     encoder_decoder_masks,
+    left_padding_position_ids,
+    packed_labels,
     padding_mask,
     prefix_lm_mask,
     sliding_window_mask,
@@ -69,3 +71,28 @@ def kv_cache_attention(q, k_new, v_new, k_cache, v_cache):
     mask = torch.ones(n, T + n, dtype=torch.bool, device=q.device).tril(diagonal=T)
     out, _ = attention(q, k, v, mask)
     return out, k, v
+
+
+def gqa_attention(q, k, v, mask=None):
+    """Groups as a dimension instead of repeated heads: q (B, Hkv, G, Lq, d)
+    against k (B, Hkv, 1, Lk, d)."""
+    B, Hq, Lq, d = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (B, Hq, Lq, Lk)).reshape(B, Hkv, G, Lq, Lk)
+    out, _ = attention(q.view(B, Hkv, G, Lq, d), k[:, :, None], v[:, :, None], mask)
+    return out.reshape(B, Hq, Lq, v.shape[-1])
+
+
+def alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
+    """Everything in the requested dtype from the start."""
+    m = 2 ** int(math.log2(n_heads))
+    h = torch.arange(1, m + 1, device=device, dtype=dtype)
+    slopes = torch.pow(2.0, -8.0 * h / m)
+    if n_heads > m:
+        odd = torch.arange(1, 2 * (n_heads - m), 2, device=device, dtype=dtype)
+        slopes = torch.cat([slopes, torch.pow(2.0, -4.0 * odd / m)])
+    i = torch.arange(Lk - Lq, Lk, device=device, dtype=dtype)[:, None]
+    j = torch.arange(Lk, device=device, dtype=dtype)[None, :]
+    return torch.where(j <= i, slopes[:, None, None] * (j - i), float("-inf"))
