@@ -7,7 +7,11 @@ from buggy import failures, grade
 from buggy.mistakes import BUGS
 
 from grader.checks import EXERCISES
+from grader.checks.ch9_real import MISTAKES9
 from grader.diagnose import MISTAKES
+
+#: Every named mistake: the shared ones and chapter 9's own.
+NAMED = {**MISTAKES, **MISTAKES9}
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
@@ -16,7 +20,7 @@ def test_mistake_fails_with_its_diagnosis(bug):
     failed = failures(verdicts)
     assert failed, f"{bug.id} passes every check"
     assert len(failed) < len(verdicts) or bug.exercise == "influence_matrix", "only the broken property fails"
-    text = MISTAKES.get(bug.says, bug.says)
+    text = NAMED.get(bug.says, bug.says)
     said = [name for name, message in failed.items() if text in message]
     assert said, f"no failing check says {text!r}; they say:\n" + "\n".join(
         f"  {name}: {message.splitlines()[0]}" for name, message in failed.items())
@@ -25,4 +29,4 @@ def test_mistake_fails_with_its_diagnosis(bug):
 def test_every_named_mistake_has_a_buggy_variant():
     """Each message of MISTAKES is asserted by some buggy variant above, so a
     recogniser that stops matching is noticed."""
-    assert set(MISTAKES) - {b.says for b in BUGS} == set()
+    assert set(NAMED) - {b.says for b in BUGS} == set()

@@ -149,6 +149,7 @@ def left_padding_position_ids_checks(seed: int = 0, hidden: bool = True) -> list
 
 def diagnose_labels(args, kwargs, got, index, dtype) -> str | None:
     tokens, doc_ids = args[:2]
+    L = tokens.shape[1]
     ignore = args[2] if len(args) > 2 else kwargs.get("ignore_index", -100)
     same = torch.zeros_like(doc_ids, dtype=torch.bool)
     same[:, :-1] = doc_ids[:, 1:] == doc_ids[:, :-1]  # (B, L): t and t+1 in one document
@@ -165,6 +166,7 @@ def diagnose_labels(args, kwargs, got, index, dtype) -> str | None:
         (X["shifted_back"], lambda: torch.where(starts, ignore, prev)),
         (X["cross_document"], lambda: torch.where(last, ignore, nxt)),
         (X["border_late"], lambda: torch.where(starts | last, ignore, nxt)),
+        (X["border_late"], lambda: torch.where((starts & (torch.arange(L) > 0)) | last, ignore, nxt)),
         (X["last_column"], lambda: torch.where(same | last, nxt, ignore)),
         (X["last_column"], lambda: nxt),
     ], torch.float64)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import correct as ok
+from . import real_models as rm
 
 
 @dataclass(frozen=True)
@@ -471,4 +472,24 @@ BUGS: list[Bug] = [
     Bug("document_mask", document_no_causal, "doc_no_causal"),
     Bug("document_mask", document_contiguous, "doc_contiguous"),
     Bug("document_mask", document_inverted, "inverted"),
+    Bug("left_padding_position_ids", rm.positions_count_padding, "counts_padding"),
+    Bug("left_padding_position_ids", rm.positions_from_1, "positions_from_1"),
+    Bug("left_padding_position_ids", rm.positions_hf_fill, "padding_not_zero"),
+    Bug("left_padding_position_ids", rm.positions_flat_cumsum, "not_restarted"),
+    Bug("packed_labels", rm.labels_not_shifted, "not_shifted"),
+    Bug("packed_labels", rm.labels_leak_across_documents, "cross_document"),
+    Bug("packed_labels", rm.labels_border_late, "border_late"),
+    Bug("packed_labels", rm.labels_roll, "last_column"),
+    Bug("packed_labels", rm.labels_shifted_back, "shifted_back"),
+    Bug("packed_labels", rm.labels_ignore_constant, "ignore_constant"),
+    Bug("gqa_attention", rm.gqa_repeat, "gqa_repeat"),
+    Bug("gqa_attention", rm.gqa_scale_dv, "scale_dv"),
+    Bug("gqa_attention", rm.gqa_nan_rows, "NaN or inf"),
+    Bug("alibi_bias", rm.alibi_top_left, "alibi_top_left"),
+    Bug("alibi_bias", rm.alibi_naive_slopes, "alibi_slopes_pow2"),
+    Bug("alibi_bias", rm.alibi_positive, "alibi_sign"),
+    Bug("alibi_bias", rm.alibi_not_causal, "alibi_not_causal"),
+    Bug("alibi_bias", rm.alibi_key_form, "alibi_key_form"),
+    Bug("alibi_bias", rm.alibi_reversed, "alibi_reversed"),
+    Bug("alibi_bias", rm.alibi_finite, "alibi_finite"),
 ]
