@@ -90,3 +90,31 @@ def prefix_lm_mask(n, prefix_len, *, device=None):
 def document_mask(doc_ids):
     same = doc_ids[:, :, None] == doc_ids[:, None, :]
     return same[:, None]  # forgot the causal part
+
+
+def left_padding_position_ids(keep):
+    pos = torch.arange(keep.shape[1], device=keep.device).expand(keep.shape)
+    return torch.where(keep, pos, 0)  # counts the padding: a left-padded row starts late
+
+
+def packed_labels(tokens, doc_ids, ignore_index=-100):
+    labels = torch.full_like(tokens, ignore_index)
+    labels[:, :-1] = tokens[:, 1:]  # forgot the document borders
+    return labels
+
+
+def gqa_attention(q, k, v, mask=None):
+    G = q.shape[1] // k.shape[1]
+    k, v = k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1)  # tiles heads 0 1 0 1 instead of 0 0 1 1
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v
+
+
+def alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
+    slopes = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)], device=device)  # pow2 only
+    i = torch.arange(Lq, device=device)[:, None] + (Lk - Lq)
+    j = torch.arange(Lk, device=device)[None, :]
+    return (slopes[:, None, None] * (j - i)).masked_fill(j > i, float("-inf")).to(dtype)
