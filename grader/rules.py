@@ -1,9 +1,10 @@
 """The rules students see: inside an exercise, the answer may not be borrowed.
 
 Off limits: the course package ``attnmask`` (it *is* the reference), PyTorch's
-fused attention ``torch.nn.functional.scaled_dot_product_attention``,
-``torch.nn.MultiheadAttention`` / ``multi_head_attention_forward`` and
-``flex_attention``.
+fused attention ``torch.nn.functional.scaled_dot_product_attention`` (and its
+``enable_gqa=`` switch), ``torch.nn.MultiheadAttention`` /
+``multi_head_attention_forward``, ``flex_attention`` and transformers'
+``build_alibi_tensor``.
 
 Three layers enforce this, each cheap:
 
@@ -39,6 +40,10 @@ FORBIDDEN_NAMES = (
     "_scaled_dot_product_attention_math",
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_efficient_attention",
+    # grouped-query attention and ALiBi (chapter 9): SDPA's GQA switch (also caught
+    # as a keyword argument) and the transformers helper that builds the bias
+    "enable_gqa",
+    "build_alibi_tensor",
 )
 #: (module, attribute, name shown to the student) replaced at run time.
 _TORCH_CALLABLES = (
@@ -106,6 +111,10 @@ def _direct_hits(node: ast.AST) -> Iterator[tuple[str, int]]:
             yield n.id, n.lineno
         elif isinstance(n, ast.Attribute) and n.attr in FORBIDDEN_NAMES:
             yield n.attr, n.lineno
+        elif isinstance(n, ast.Call):
+            for kw in n.keywords:
+                if kw.arg in FORBIDDEN_NAMES:
+                    yield kw.arg, n.lineno
         elif isinstance(n, ast.Constant) and isinstance(n.value, str):
             root = _is_forbidden_module(n.value)
             if root:

@@ -29,11 +29,12 @@ CHAPTERS = {
     "ex05_cross_attention": ("encoder_decoder_masks", "multi_head_attention"),
     "ex06_kv_cache": ("kv_cache_attention",),
     "ex07_beyond_triangle": ("sliding_window_mask", "prefix_lm_mask", "document_mask"),
+    "ex09_real_models": ("left_padding_position_ids", "packed_labels", "gqa_attention", "alibi_bias"),
 }
 CONTRACT = [name for names in CHAPTERS.values() for name in names]
 # Names that would be the answer: no exercise function may use them.
 FORBIDDEN = {"attnmask", "scaled_dot_product_attention", "MultiheadAttention",
-             "multi_head_attention_forward", "flex_attention"}
+             "multi_head_attention_forward", "flex_attention", "enable_gqa", "build_alibi_tensor"}
 STUB = re.compile(r"^(?P<name>\w+): (?P<hint>.+) \(see exercise (?P<ch>\d+)\.(?P<m>\d+)\)$")
 
 
