@@ -132,16 +132,55 @@ def test_text_of_a_passing_result():
     assert all(line.startswith("✓") for line in lines[1:-1])
 
 
-@pytest.mark.slow
-def test_check_in_a_real_exercise_notebook():
-    """The generated exercise notebook, run in a kernel: its check cells say "not implemented yet"."""
-    import nbformat
+EXERCISES = sorted(p.stem for p in (ROOT / "exercises").glob("ex*.ipynb"))
+
+
+def _execute(nb):
+    """Run ``nb`` top to bottom in a fresh kernel of this interpreter (ipykernel's
+    ``python3`` is ``sys.executable``), in exercises/ as a student would, never
+    stopping at an error; return ``{check cell source: its printed text}``."""
     from nbclient import NotebookClient
 
-    nb = nbformat.read(ROOT / "exercises" / "ex01_leakage.ipynb", as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(ROOT / "exercises")}}).execute()
-    outputs = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code" and "check(" in c.source
-               for o in c.get("outputs", []) if o.get("output_type") == "stream"]
-    assert outputs and all("not implemented yet" in o for o in outputs)
-    assert not any("Traceback" in o for o in outputs)
+    errors = [f"{o.ename}: {o.evalue}" for c in nb.cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"cells raised (a student would see a traceback): {errors}"
+    printed = lambda c: "".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream")  # noqa: E731
+    return {c.source.strip(): printed(c) for c in nb.cells if c.cell_type == "code" and "check(" in c.source}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", EXERCISES)
+def test_exercise_notebook_runs_and_says_not_implemented_yet(stem):
+    """The generated exercise notebook, as handed out: every check cell says "not implemented yet"."""
+    import nbformat
+
+    checks = _execute(nbformat.read(ROOT / "exercises" / f"{stem}.ipynb", as_version=4))
+    assert checks, f"{stem} has no check cells"
+    for cell, out in checks.items():
+        name = cell.removeprefix("check(").removesuffix(")")
+        assert out.strip() == f"{name}: not implemented yet (it raises NotImplementedError).", (cell, out)
+        assert "Traceback" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", EXERCISES)
+def test_exercise_notebook_with_the_solutions_pasted_in_passes_its_checks(stem):
+    """The exercise notebook with each stub cell replaced by its solution cell (same cell id),
+    what a student who solved everything has: every check cell says its public checks pass."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "exercises" / f"{stem}.ipynb", as_version=4)
+    solved = {c.id: c.source for c in nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4).cells}
+    stubs = [c for c in nb.cells if c.cell_type == "code" and "raise NotImplementedError" in c.source]
+    assert stubs, f"{stem} has no stubs to solve"
+    for cell in stubs:
+        assert cell.id in solved, f"{stem}: stub cell {cell.id!r} has no solution cell with the same id"
+        cell.source = solved[cell.id]
+    checks = _execute(nb)
+    assert len(checks) >= len(stubs)
+    for cell, out in checks.items():
+        name = cell.removeprefix("check(").removesuffix(")")
+        assert out.startswith(f"{name}: ") and "public checks pass." in out, (cell, out)
+        assert "✗" not in out and "Traceback" not in out, (cell, out)
