@@ -8,7 +8,7 @@ mask (q ``(B, H, Lq, d)``)          kernel
 ==================================  ================================================
 a bool tensor, or ``None``          SDPA with that mask (``"sdpa"``)
 ``causal(offset)``, offset >= Lk-1  SDPA without a mask: every key is visible
-``causal()`` (top-left, Lq == Lk)   SDPA ``is_causal=True``
+``causal()``, any Lq and Lk         SDPA ``is_causal=True`` (top-left triangle)
 ``causal(Lk - Lq)``, Lq < Lk        SDPA with ``causal_lower_right(Lq, Lk)``
 ``causal(Lk - Lq)``, Lq > Lk        zeros for the first Lq - Lk rows (they see no
                                     key), SDPA ``is_causal`` for the last Lk
@@ -18,11 +18,16 @@ any other predicate, on CUDA        compiled FlexAttention with a block mask
 any other predicate, elsewhere      materialise the mask once, SDPA with it
 ==================================  ================================================
 
-Why the CPU materialises: FlexAttention without ``torch.compile`` runs unfused
-there, and was 4-10x slower than materialising the mask and calling SDPA
-(L = 1024 and 2048, B = 1, H = 8, d = 64, float32, 2 threads, torch 2.13, a
-sliding window of 256 and 4 packed documents); compiling it costs tens of
-seconds per shape, more than a course notebook's whole run.
+``causal_lower_right`` is a flag to the CUDA flash and memory-efficient
+kernels; on the CPU, PyTorch itself materialises that ``(Lq, Lk)`` mask (small:
+Lq < Lk is a KV cache's few new queries).
+
+Why the CPU materialises other predicates: FlexAttention without
+``torch.compile`` runs unfused there, and was 4-10x slower than materialising
+the mask and calling SDPA (one run: L = 1024 and 2048, B = 1, H = 8, d = 64,
+float32, 2 threads, torch 2.13, a sliding window of 256 and 4 packed
+documents); compiling it would cost tens of seconds per new shape (not part of
+that comparison), more than a course notebook's whole run.
 
 Every path returns what the explicit path returns, a zero output for a fully
 masked query row included. :func:`plan` reads shapes, dtypes, the device and
