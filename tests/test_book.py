@@ -125,7 +125,7 @@ def test_build_is_offline_and_self_contained(site):
 def test_chapters_link_their_exercise_notebook(site):
     """Chapter NN links exercises/exNN_*.ipynb, and the link works in the built site."""
     for entry in pages():
-        m = re.match(r"0([1-7])_", entry)
+        m = re.match(r"0([1-79])_", entry)  # chapter 8 has no exercise
         if not m:
             continue
         html = (site / f"{entry}.html").read_text()
