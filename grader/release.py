@@ -11,8 +11,11 @@ In a solution notebook, the code between a ``# BEGIN SOLUTION`` line and a
 at the marker's indentation, where ``<function>`` is the enclosing ``def``,
 ``<hint>`` comes from a ``# HINT: ...`` line inside the region, N is the chapter
 (``ex03_...`` -> 3) and M counts the solution regions of the notebook. Cells
-tagged ``solution-only`` are dropped, outputs and execution counts are cleared,
-and a first markdown cell says the file is generated.
+tagged ``solution-only`` are dropped, and outputs and execution counts are
+cleared. The note that the file is generated, and from what, is for maintainers:
+it lives in the notebook's metadata under ``NOTICE_KEY``, where ``--check``
+compares it like every other byte, and the first cell the student sees is the
+solution notebook's own opening cell.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
 HINT = "# HINT:"
 SOLUTION_ONLY = "solution-only"
-NOTICE_ID = "generated-notice"
+NOTICE_KEY = "attnmask_release"  # notebook metadata: the generator's note
 
 _DEF = re.compile(r"^(\s*)def\s+([A-Za-z_]\w*)\s*\(")
 _CHAPTER = re.compile(r"^ex(\d+)_")
@@ -105,16 +108,20 @@ def strip_solutions(source: str, chapter: int, counter: list[int], where: str) -
     return "\n".join(out)
 
 
+def notice(source_name: str) -> dict[str, str]:
+    """The maintainers' note stored in a generated notebook's metadata."""
+    return {
+        "generated_from": f"solutions/{source_name}",
+        "generator": "python -m grader.release",
+        "note": "Generated — don't edit; edit the solution notebook and run "
+                "`python -m grader.release` again.",
+    }
+
+
 def make_exercise(solution: NotebookNode, source_name: str, chapter: int) -> NotebookNode:
     """The exercise notebook generated from one solution notebook."""
     counter = [0]
     cells = []
-    notice = nbformat.v4.new_markdown_cell(
-        f"*Generated from `solutions/{source_name}` by `python -m grader.release` — don't edit; "
-        f"edit the solution notebook and run `python -m grader.release` again.*"
-    )
-    notice.id = NOTICE_ID
-    cells.append(notice)
     for index, cell in enumerate(solution.cells):
         tags = list(cell.get("metadata", {}).get("tags", []))
         if SOLUTION_ONLY in tags:
@@ -136,6 +143,7 @@ def make_exercise(solution: NotebookNode, source_name: str, chapter: int) -> Not
     metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
+        NOTICE_KEY: notice(source_name),
     }
     nb = nbformat.v4.new_notebook(cells=cells, metadata=metadata)
     nbformat.validate(nb)
