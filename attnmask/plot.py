@@ -44,8 +44,8 @@ def plot_mask(mask: torch.Tensor, ax=None, *, title: str = "mask", labels=None, 
     ax.grid(which="minor", color="white", linewidth=1)
     ax.tick_params(which="minor", length=0, labelsize=7)
     ax.tick_params(labelsize=7)
-    ax.set_xlabel("key j")
-    ax.set_ylabel("query i")
+    ax.set_xlabel("key position j")
+    ax.set_ylabel("query position i")
     ax.set_title(title)
     if legend:
         # Beside the grid, not under it: under a short, wide mask it would cover the x label.
@@ -100,8 +100,8 @@ def plot_attention(weights: torch.Tensor, ax=None, *, title: str = "attention we
             for j in range(Lk):
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=6,
                         color="white" if w[i, j] < 0.5 * float(w.max()) else "black")
-    ax.set_xlabel("key j")
-    ax.set_ylabel("query i")
+    ax.set_xlabel("key position j")
+    ax.set_ylabel("query position i")
     ax.set_title(title)
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return ax
