@@ -81,6 +81,13 @@ MISTAKES: dict[str, str] = {
                     "(real) source, so cross masks only the padded source keys.",
     "cross_wrong_lengths": "the cross-attention keys are source positions: pad them with src_lengths, "
                            "not tgt_lengths.",
+    "default_device": "a tensor made for an argument that was left out (e.g. a mask when mask=None) is on "
+                      "PyTorch's default device, the CPU, not the inputs' device: create it with "
+                      "device=q.device (or the input at hand), or skip it when the argument is None.",
+    "global_max": "the softmax's stabilising max was taken over the blocked entries too: when a blocked "
+                  "score is much larger than the allowed ones, the allowed weights underflow to 0 (or "
+                  "0/0 = NaN). Mask first (blocked scores -> -inf), then take the max, or let "
+                  "torch.softmax do it after masked_fill.",
     "wrong_device": "the result is not on the input's device: create every tensor with "
                     "device=<input>.device.",
     "top_left": "the causal mask is aligned top-left: with T cached keys, new query i must see keys "
@@ -178,6 +185,20 @@ def is_stub_error(error: str | None) -> bool:
             and not _TORCH_NOT_IMPLEMENTED.search(error))
 
 
+_READS_VALUES = r"cannot be called on meta|Cannot copy out of meta|meta tensors? (has|have) no data"
+_MIXES_DEVICES = (r"not on the expected device|Expected all tensors to be on the same device|"
+                  r"device type .* does not match|on different devices")
+
+
+def reads_values(error: str) -> bool:
+    """Whether ``error`` says the code read tensor values (impossible on the meta device)."""
+    return bool(re.search(_READS_VALUES, str(error)))
+
+
+def mixes_devices(error: str) -> bool:
+    return bool(re.search(_MIXES_DEVICES, str(error)))
+
+
 def explain_error(error: str) -> str:
     """The student's exception, in plain words (the original text follows)."""
     text = str(error)
@@ -185,15 +206,12 @@ def explain_error(error: str) -> str:
     if len(first) > 300:
         first = first[:300] + "..."
     rules: list[tuple[str, str]] = [
-        (r"cannot be called on meta|Cannot copy out of meta|meta tensors? (has|have) no data",
-         MISTAKES["not_vectorised"]),
+        (_READS_VALUES, MISTAKES["not_vectorised"]),
         (_TORCH_NOT_IMPLEMENTED.pattern, MISTAKES["no_kernel"]),
         (r"^NotImplementedError", "not implemented yet: the function raised NotImplementedError."),
         (r"without overflow", MISTAKES["fill_overflow"]),
         (r"leaf Variable that requires grad is being used in an in-place", MISTAKES["in_place"]),
-        (r"not on the expected device|Expected all tensors to be on the same device|"
-         r"device type .* does not match|on different devices",
-         MISTAKES["mixed_devices"]),
+        (_MIXES_DEVICES, MISTAKES["mixed_devices"]),
         (r"same dtype|expected scalar type|dtype .* but got|Found dtype", MISTAKES["mixed_dtypes"]),
     ]
     for pattern, message in rules:

@@ -43,9 +43,10 @@ def test_judges_fail_plainly_on_junk(name, check):
     for k, output in enumerate(JUNK_OUTPUTS):
         for devices in [(None, "meta", ("cuda", "cpu"), 5)[k % 4]]:
             outcomes = junk_outcomes(check, output, devices=devices, args_after=("junk",), grads={"junk": 1})
-            # a dtype check judges only the dtype: a bool tensor of any shape passes it
-            dtype_only = ("bool" in check.name and isinstance(output, torch.Tensor)
-                          and output.dtype == torch.bool)
+            # a dtype check judges only the dtype: a bool (int64) tensor of any shape passes it
+            dtype_only = isinstance(output, torch.Tensor) and any(
+                word in check.name and output.dtype == dtype
+                for word, dtype in (("bool", torch.bool), ("int64", torch.int64)))
             assert_fails_plainly(check.judge(check.calls, outcomes), may_pass=dtype_only)
     assert_fails_plainly(check.judge(check.calls, junk_outcomes(check, error="RuntimeError: boom")))
     assert_fails_plainly(check.judge(check.calls, []))  # lost outcomes

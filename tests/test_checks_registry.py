@@ -3,6 +3,7 @@ the public checks, and the fnspecs given to influence_matrix."""
 
 from __future__ import annotations
 
+import ast
 import time
 
 import pytest
@@ -105,3 +106,64 @@ def test_fnspec_follows_the_input_dtype_and_rejects_unknown_kinds():
     assert f(torch.ones(2, 2, dtype=torch.float16)).dtype == torch.float16
     with pytest.raises(ValueError, match="unknown function kind"):
         fnspecs.build(FnSpec("nope"))
+
+
+# --------------------------------------------------------------------------- bug classes, caught in general
+
+def _contract_args(name: str) -> list[ast.arg]:
+    """The positional parameters of exercise ``name`` as the contract states them
+    (its one-line summary starts with the signature), with their defaults."""
+    signature = public_summary(name).split("):")[0] + "): pass"
+    fn = ast.parse(f"def {signature}").body[0]
+    args = fn.args.posonlyargs + fn.args.args
+    return [(a.arg, i >= len(args) - len(fn.args.defaults)) for i, a in enumerate(args)]
+
+
+def _arg_names(name: str) -> list[str]:
+    return [a for a, _ in _contract_args(name)]
+
+
+def _optional_args(name: str) -> list[str]:
+    return [a for a, optional in _contract_args(name) if optional]
+
+
+def _has_empty_row(call) -> bool:
+    for a in call.args:
+        if isinstance(a, torch.Tensor) and a.dtype == torch.bool and a.dim() >= 2 and a.shape[-1] > 0:
+            if bool((~a.any(dim=-1)).any()):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_defaults_are_exercised_on_the_meta_device(name):
+    """Every optional argument an exercise can be called without is left out in a
+    meta-device check, so a tensor the function makes for it on the CPU is caught."""
+    checks = EXERCISES[name].make_checks(3, hidden=True)
+    for arg in _optional_args(name):
+        position = _arg_names(name).index(arg)
+        assert any(c.kind == "property" and call.device == "meta" and len(call.args) <= position
+                   and arg not in call.kwargs for c in checks for call in c.calls), \
+            f"{name}: no meta check leaves {arg} out"
+
+
+MASKED = [n for n in EXERCISES if "mask" in _arg_names(n) or "scores" in _arg_names(n)]
+DIFFERENTIABLE = ["masked_softmax", "attention", "multi_head_attention"]  # kv_cache: no row is ever empty
+
+
+@pytest.mark.parametrize("name", MASKED)
+def test_masked_exercises_have_value_cases_with_a_fully_masked_row(name):
+    checks = EXERCISES[name].make_checks(3, hidden=True)
+    assert any(c.kind == "value" and any(_has_empty_row(call) for call in c.calls) for c in checks), name
+
+
+@pytest.mark.parametrize("name", [n for n in MASKED if n != "to_additive"] + ["kv_cache_attention"])
+def test_attention_exercises_have_large_blocked_score_cases(name):
+    names = [c.name for c in EXERCISES[name].make_checks(3, hidden=True) if c.kind == "value"]
+    assert any(n.startswith("large scores") for n in names), names
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_gradients_are_checked_through_fully_masked_rows(name):
+    checks = EXERCISES[name].make_checks(3, hidden=True)
+    assert any(c.want_grads and any(_has_empty_row(call) for call in c.calls) for c in checks), name

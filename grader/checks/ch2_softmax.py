@@ -72,9 +72,11 @@ def to_additive_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                   Call((m(B, 1, 1, Lk),), {"dtype": F16})]),
         J.dtypes(R, "returns the requested dtype", [Call((m(Lq, Lk),), {"dtype": d}) for d in cases.FLOATS]),
         J.on_device(R, "stays on the mask's device (meta)",
-                    [Call((m(B, 1, Lq, Lk),), {"dtype": F16}, "meta")]),
+                    [Call((m(B, 1, Lq, Lk),), {"dtype": F16}, "meta"), Call((m(Lq, Lk),), device="meta")]),
         J.unchanged(R, "does not modify the mask", [Call((m(Lq, Lk),))]),
         J.on_cuda(R, "matches on CUDA", [Call((m(B, 1, Lq, Lk),), {"dtype": F16})]),
+        J.values(R, "a fully blocked row, dtype left at its default",
+                 [Call((with_empty_row(m(B, 1, Lq, Lk), gen),))]),
     ]
 
 
@@ -108,9 +110,20 @@ def softmax_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> list[dg
         (M["wrong_dim"], lambda: torch.softmax(scores.masked_fill(~full, float("-inf")), dim=-2)),
         (M["zero_times_inf"], lambda: torch.softmax(scores + (~full).double() * float("-inf"), dim=-1)),
         (M["zero_times_inf"], lambda: torch.zeros_like(scores)),
+        (M["global_max"], lambda: global_max(scores, full)),
+        (M["global_max"], lambda: global_max(scores, full).nan_to_num(0.0)),
         *[(M["fill_not_negative"], lambda v=v, z=z: filled(v, z))
           for v in (-1e4, -1e5, -1e9, -65504.0) for z in (False, True)],
     ]
+
+
+def global_max(scores: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """Softmax stabilised by the max over every entry, blocked ones included,
+    computed in float32 so that the allowed entries underflow where they would
+    for the student (float64 reaches exp(-700) before it does)."""
+    x = scores.float()
+    e = (x - x.amax(dim=-1, keepdim=True)).exp() * full
+    return (e / e.sum(dim=-1, keepdim=True)).to(scores.dtype)
 
 
 def diagnose_softmax(args, kwargs, got, index, dtype) -> str | None:
@@ -161,7 +174,20 @@ def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.gradients(R, "finite gradients, match reference", [Call((s(), full())), Call((s(BF16), square()))]),
         J.unchanged(R, "does not modify inputs", [Call((s(), full()))]),
         J.on_cuda(R, "matches on CUDA", [Call((s(F16), full())), Call((s(), keys()))]),
+        J.values(R, "large scores at blocked keys (≈ +1e4), with a fully masked row",
+                 [Call(large_blocked(s(), full())), Call(large_blocked(s(F16), full()))]),
+        J.on_device(R, "runs on the inputs' device (meta)", [Call((s(), full()), device="meta")],
+                    vectorised=False),
     ]
+
+
+def large_blocked(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scores, mask)`` with the blocked scores of every other query row raised by
+    1e4: a softmax whose stabilising max also reads blocked entries underflows the
+    allowed ones there (the other rows keep ordinary scores, so that this case
+    tells that mistake apart from masking after the softmax)."""
+    loud = (~mask) & (torch.arange(scores.shape[-2]) % 2 == 0)[:, None]
+    return scores.masked_fill(loud, 0.0) + loud.to(scores.dtype) * 1e4, mask
 
 
 # --------------------------------------------------------------------------- attention
@@ -318,4 +344,22 @@ def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                     [Call((*qkv(), full())), Call((*qkv(BF16), keys()))]),
         J.unchanged(R, "does not modify inputs", [Call((*qkv(), full()))]),
         J.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), full())), Call((*qkv(), keys()))]),
+        J.values(R, "large scores at blocked keys, with a fully masked row",
+                 [Call(large_blocked_qkv(*qkv(), keys())), Call(large_blocked_qkv(*qkv(), keys()))]),
+        J.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
+                    [Call(qkv(), device="meta"), Call((*qkv(), full()), device="meta")], vectorised=False),
     ]
+
+
+def large_blocked_qkv(q, k, v, keys):
+    """``(q, k, v, mask)`` for a key-padding mask ``keys (B, 1, 1, Lk)``: padded keys
+    score hundreds of times more than real ones in every other query row (q >= 0,
+    padded keys' entries raised by 300; the other rows' q scaled by 1e-3 keep
+    ordinary scores), and one query row has every key blocked."""
+    Lq = q.shape[-2]
+    mask = keys.expand(*keys.shape[:-2], Lq, keys.shape[-1]).clone()
+    mask[..., Lq // 2, :] = False
+    quiet = (torch.arange(Lq) % 2 == 1)[:, None]
+    q = torch.where(quiet, q.abs() * 1e-3, q.abs())
+    k = torch.where((~keys).mT, k.abs() + 300.0, k)
+    return q, k, v, mask

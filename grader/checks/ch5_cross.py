@@ -13,7 +13,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check
 from . import judges as J
-from .ch2_softmax import pair_judge
+from .ch2_softmax import pair_judge, softmax_mistakes, with_empty_row
 from .ch4_combined import decoder_mistakes
 
 M = dg.MISTAKES
@@ -91,7 +91,7 @@ def encoder_decoder_masks_checks(seed: int = 0, hidden: bool = True) -> list[Che
     return checks + [
         *[J.values(R, f"{title} (random)", calls, only=[i]) for i, title in enumerate(TITLES)],
         J.values(R, "one source and one target token",
-                 [Call((torch.tensor([1, 0]), torch.tensor([1, 1]), 1, 1))]),
+                 [Call((torch.tensor([1, 0]), torch.tensor([1, 1]), 1, 1))], edge=True),
         J.dtypes(R, "returns torch.bool masks", [one]),
         J.on_device(R, "on lengths' device, vectorised (meta)", [Call(one.args, device="meta")]),
         J.unchanged(R, "does not modify the lengths", [one]),
@@ -141,6 +141,11 @@ def mha_mistakes(x_q, x_kv, w_q, w_k, w_v, w_o, H, mask=None) -> list[dg.Candida
     ]
     if mask is not None:
         out.append((M["inverted"], lambda: mha_variant(*ws, ~mask)))
+        q, k, v = (split_heads(x @ w.T, H) for x, w in ((x_q, w_q), (x_kv, w_k), (x_kv, w_v)))
+        scores = q @ k.mT / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
+        for message, thunk in softmax_mistakes(scores, mask):
+            if message in (M["nan_rows"], M["global_max"], M["after_softmax"], M["uniform_rows"]):
+                out.append((message, lambda thunk=thunk: merge_heads(thunk() @ v) @ w_o.T))
     return out
 
 
@@ -207,6 +212,7 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         m = {"full": lambda: cases.random_mask(gen, B, H, Lq, Lk),
              "keys": lambda: am.padding_mask(cases.positive_lengths(gen, B, Lk), Lk)[:, None, None, :],
              "square": lambda: cases.random_mask(gen, Lq, Lk) | (torch.arange(Lk) == 0),
+             "empty": lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen),
              None: lambda: None}[mask]()
         return Call((xq, xkv, *weights(gen, D, dtype), H) + ((m,) if m is not None else ()))
 
@@ -225,4 +231,25 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         J.gradients(R, "finite gradients, match reference", [call(), call(BF16, mask="keys")]),
         J.unchanged(R, "does not modify inputs", [call()]),
         J.on_cuda(R, "matches on CUDA", [call(F16), call(mask="keys")]),
+        J.values(R, "fully masked query rows → zero output", [call(mask="empty"), call(BF16, mask="empty")]),
+        J.values(R, "large scores at padded keys", [loud_padding(call(mask="keys"))]),
+        J.gradients(R, "finite gradients with a fully masked row", [call(mask="empty")]),
+        J.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
+                    [meta(call(mask=None)), meta(call(mask="keys"))], vectorised=False),
     ]
+
+
+def meta(c: Call) -> Call:
+    return Call(c.args, c.kwargs, "meta")
+
+
+def loud_padding(c: Call) -> Call:
+    """The call with padded key tokens scaled by 1e3, so that their scores dwarf the
+    real ones, and every other query token scaled by 1e-3, so that its scores stay
+    ordinary (which tells masking after the softmax apart from a stabiliser
+    taken over blocked entries)."""
+    x_q, x_kv, *rest = c.args
+    keys = rest[-1][:, 0, 0, :, None]  # (B, Lk, 1)
+    quiet = (torch.arange(x_q.shape[1]) % 2 == 1)[None, :, None]  # (1, Lq, 1)
+    return Call((torch.where(quiet, x_q * 1e-3, x_q), torch.where(keys, x_kv, x_kv * 1e3), *rest),
+                c.kwargs, c.device)

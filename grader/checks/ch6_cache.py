@@ -12,7 +12,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check, Outcome, Verdict
 from . import judges as J
-from .ch2_softmax import pair_judge
+from .ch2_softmax import global_max, pair_judge
 
 M = dg.MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -37,19 +37,12 @@ def cache_mistakes(q, k_new, v_new, k_cache, v_cache, index) -> list[dg.Candidat
         (M["scale_1_over_d"], lambda: att(causal, scale=1.0 / d)),
         ("the scale is off: use 1/sqrt(d), the width of one head.",
          lambda: att(causal, scale=1 / math.sqrt(T + n))),
+        (M["global_max"], lambda: global_max(q @ k_all.mT / math.sqrt(d), causal).nan_to_num(0.0) @ v_all),
     ]
 
 
 def diagnose_cache(args, kwargs, got, index, dtype) -> str | None:
     return dg.name_mistake(got, cache_mistakes(*args, index), dtype, index)
-
-
-def _shape(i: int):
-    def shape(args: tuple, kwargs: dict) -> tuple[int, ...]:
-        B, H, n, d = args[0].shape
-        return (B, H, n, d) if i == 0 else (B, H, args[3].shape[2] + n, d)
-
-    return shape
 
 
 CACHE = J.Recipe(
@@ -152,4 +145,16 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         J.unchanged(R, "does not modify inputs", [Call(qkv(gen, B, H, n, T, d))]),
         J.on_device(R, "runs on the inputs' device (meta)", [Call(qkv(gen, B, H, n, T, d), device="meta")]),
         J.on_cuda(R, "matches on CUDA", [Call(qkv(gen, B, H, n, T, d, F16)), Call(qkv(gen, B, H, n, 0, d))]),
+        J.values(R, "large scores at the future new keys", [Call(loud_future(*qkv(gen, B, H, n, T, d)))]),
     ]
+
+
+def loud_future(q, k_new, v_new, k_cache, v_cache):
+    """Inputs where the last new key scores hundreds of times more than any other
+    for every query but the last, which sees it (and whose q is scaled by 1e-3 to
+    keep its scores ordinary): a softmax stabilised over blocked entries too
+    underflows the allowed weights of the other queries."""
+    n = q.shape[2]
+    last = (torch.arange(n) == n - 1)[:, None]  # (n, 1)
+    q = torch.where(last, q.abs() * 1e-3, q.abs())
+    return q, torch.where(last, k_new.abs() + 300.0, k_new), v_new, k_cache, v_cache

@@ -204,6 +204,23 @@ def attention_nan_grads(q, k, v, mask=None):
     return w @ v, w
 
 
+def softmax_global_max(scores, mask):
+    e = (scores - scores.amax(dim=-1, keepdim=True)).exp() * mask  # max over blocked entries too
+    return (e / e.sum(dim=-1, keepdim=True)).nan_to_num(0.0)
+
+
+def attention_global_max(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    w = softmax_global_max(scores, torch.ones_like(scores, dtype=torch.bool) if mask is None else mask)
+    return w @ v, w
+
+
+def attention_default_mask_on_cpu(q, k, v, mask=None):
+    if mask is None:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)  # on the CPU, whatever q's device
+    return ok.attention(q, k, v, mask)
+
+
 def attention_no_mask(q, k, v, mask=None):
     return ok.attention(q, k, v)
 
@@ -294,7 +311,8 @@ def enc_dec_cross_tgt_lengths(src_lengths, tgt_lengths, src_len, tgt_len):
     return enc, dec, cross
 
 
-def _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, *, scale=None, lin=lambda x, w: x @ w.T):
+def _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, *, scale=None, lin=lambda x, w: x @ w.T,
+         softmax=None):
     B, Lq, D = x_q.shape
     Lk = x_kv.shape[1]
     d = D // n_heads
@@ -304,7 +322,7 @@ def _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, *, scale=None, lin=lambda
     s = q @ k.transpose(-2, -1) * (1 / math.sqrt(d) if scale is None else scale)
     if mask is None:
         mask = torch.ones(Lq, Lk, dtype=torch.bool, device=x_q.device)
-    out = ok.masked_softmax(s, mask) @ v
+    out = (softmax or ok.masked_softmax)(s, mask) @ v
     return lin(out.transpose(1, 2).reshape(B, Lq, D), w_o)
 
 
@@ -325,6 +343,36 @@ def mha_bad_split(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
     v = (x_kv @ w_v.T).reshape(B, n_heads, Lk, d)
     out, _ = ok.attention(q, k, v, mask)
     return out.transpose(1, 2).reshape(B, Lq, D) @ w_o.T
+
+
+def mha_default_mask_on_cpu(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    if mask is None:
+        mask = torch.ones(x_q.shape[1], x_kv.shape[1], dtype=torch.bool)  # on the CPU
+    return ok.multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask)
+
+
+def mha_nan_rows(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    soft = lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)  # noqa: E731
+    return _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, softmax=soft)
+
+
+def mha_nan_grads(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    # an added -inf bias, then NaN rows patched: a clean forward, NaN gradients
+    soft = lambda s, m: torch.softmax(s + ok.to_additive(m, s.dtype), dim=-1).nan_to_num(0.0)  # noqa: E731
+    return _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, softmax=soft)
+
+
+def mha_global_max(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    return _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, softmax=softmax_global_max)
+
+
+def cache_global_max(q, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    n, total = q.shape[2], k.shape[2]
+    i, j = torch.arange(n, device=q.device)[:, None], torch.arange(total, device=q.device)[None, :]
+    mask = j <= i + total - n
+    w = softmax_global_max(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), mask)
+    return w @ v, k, v
 
 
 def mha_causal_leak(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
@@ -439,6 +487,14 @@ BUGS: list[Bug] = [
     Bug("attention", attention_no_scale, "no_scale"),
     Bug("attention", attention_after_softmax, "after_softmax"),
     Bug("attention", attention_nan_grads, "NaN or inf"),
+    Bug("masked_softmax", softmax_global_max, "global_max"),
+    Bug("attention", attention_global_max, "global_max"),
+    Bug("attention", attention_default_mask_on_cpu, "default_device"),
+    Bug("multi_head_attention", mha_default_mask_on_cpu, "default_device"),
+    Bug("multi_head_attention", mha_nan_rows, "nan_rows"),
+    Bug("multi_head_attention", mha_nan_grads, "NaN or inf"),
+    Bug("multi_head_attention", mha_global_max, "global_max"),
+    Bug("kv_cache_attention", cache_global_max, "global_max"),
     Bug("attention", attention_no_mask, "future_leak"),
     Bug("attention", attention_detached_weights, "gradient"),
     Bug("attention", attention_mixed_dtypes, "mixed_dtypes"),

@@ -162,7 +162,7 @@ TRANSPOSED = {
     "document_mask": lambda doc_ids: _t(am.document_mask(doc_ids)),
 }
 
-EXERCISES = tuple(am.CONTRACT[:13])
+EXERCISES = tuple(am.CONTRACT[:13])  # chapter 9's trivial code is in tests/test_real_models.py
 
 TRIVIAL: dict[str, dict[str, object]] = {
     **{style: {name: _constant(name, fill) for name in EXERCISES} for style, fill in FILLS.items()},
