@@ -268,7 +268,20 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
     from a :class:`~grader.zygote.Zygote`; else each is a fresh ``python -m grader``.
     """
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
-    out.mkdir(parents=True, exist_ok=True)
+    umask = os.umask(0o077)  # results, logs and the manifest hold the seed: they are ours alone
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        out.chmod(0o700)  # a folder from an earlier run may be open to everyone
+        return _grade_class(submissions, out, jobs=jobs, seed=seed, timeout=timeout, regrade=regrade,
+                            extra=extra, command=command, exercises=exercises, progress=progress, pin=pin,
+                            preload=preload)
+    finally:
+        os.umask(umask)
+
+
+def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float, regrade: bool,
+                 extra: Sequence[str], command: GraderCommand, exercises: Sequence[str], progress: bool,
+                 pin: bool, preload: bool) -> list[Row]:
     students, ignored = discover(submissions, out)
     if ignored:
         names = ", ".join(p.name for p in ignored[:5]) + (" …" if len(ignored) > 5 else "")
@@ -304,6 +317,8 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
         if zyg is not None:
             zyg.wait_ready()  # both import torch meanwhile
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        if command is engine_command:  # other submissions and every grading's results are off limits
+            extra = [*extra, "--hide", str(submissions.resolve()), "--hide", str(out.resolve())]
         job = dict(seed=seed, timeout=timeout, extra=extra, command=command, exercises=exercises, cores=cores,
                    preloaded=preloaded)
         futures = {pool.submit(grade_student, s, out, **job): (s, key) for s, key in todo}

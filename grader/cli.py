@@ -74,6 +74,9 @@ def build_parser() -> _Parser:
     p.add_argument("--memory", type=int, default=2048, metavar="MIB",
                    help="memory the submission may use beyond torch's own (default 2048)")
     p.add_argument("--quiet", action="store_true", help="no terminal report (files only)")
+    p.add_argument("--hide", action="append", default=[], metavar="PATH",
+                   help="keep PATH out of student code's sight too (repeatable; the course, the "
+                        "submission, temporary and home folders and the report files' folders always are)")
     return p
 
 
@@ -111,11 +114,13 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     except ValueError as e:
         return _usage(args, parser, str(e))
 
+    os.umask(0o077)  # every file we write (results, logs) is ours alone: it may hold the seed
+    reports = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.junit, args.markdown) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
         result = engine.grade(args.submission, seed=seed, exercises=args.exercise,
                               public_only=args.public_only, timeout=timeout, memory_mb=args.memory,
-                              registry=registry, progress=progress)
+                              registry=registry, progress=progress, hide=[*args.hide, *reports])
     except ValueError as e:  # unknown exercise names
         stop()
         return _usage(args, parser, str(e))

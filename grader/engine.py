@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import integrity, rules, submission
+from . import confine, integrity, rules, submission
 from .results import (
     CRASHED,
     GRADER_ERROR,
@@ -44,7 +44,7 @@ from .results import (
     ExerciseResult,
     Report,
 )
-from .sandbox import TIME_LIMIT, Limits, User, Worker, claim_user, note
+from .sandbox import TIME_LIMIT, Limits, User, Worker, claim_user, note, unreachable
 
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT = 10.0
@@ -348,6 +348,7 @@ def grade(
     memory_mb: int | None = 2048,
     registry: Mapping[str, Any] | None = None,
     progress: Callable[[ExerciseResult, int], None] | None = None,
+    hide: Iterable[str | os.PathLike] = (),
 ) -> Report:
     """Grade the submission at ``path`` and return a :class:`~grader.results.Report`.
 
@@ -363,6 +364,8 @@ def grade(
         registry: ``{name: Exercise}`` to grade against (default ``grader.checks.EXERCISES``).
         progress: called with each exercise's result as soon as it is final, and
             the number of exercises being graded.
+        hide: more paths student code must not see (besides the course, the
+            grader and the submission itself): other submissions, report files.
 
     Never raises for anything in the submission: unreadable files, code that
     crashes, hangs or cheats all end up as messages in the report.
@@ -403,8 +406,10 @@ def grade(
         if worker is None:
             grading.loaded({"found": {}, "errors": []})
         else:
-            _run(src, states, limits, grading, tmp, worker, user)
+            private = confine.private_paths([path, *hide])
+            _run(src, states, limits, grading, tmp, worker, user, private)
             worker = None
+            report.isolation = isolation(user)
             if user is not None:
                 user.release()  # nothing of the submission's may still be running when we check
                 user = None
@@ -475,7 +480,33 @@ def _scan_rules(src: submission.Source, states: list[_Exercise]) -> None:
                 st.findings.append(finding)
 
 
-def _run(src, states, limits, grading, tmp, worker, user) -> None:
+def isolation(user: User | None) -> dict[str, Any]:
+    """What kept the seed and the reference answers from student code in this grading."""
+    if user is None or not user.dropped:
+        why = ("student code ran as the grader's own user (the grader is not root, or it could not switch): "
+               "it could read the seed from the grader's environment and the reference answers from the "
+               "course's files. Run the grader as root (sudo -E) so that student code runs as a user of "
+               "its own; see the instructor guide, 'Keeping the seed secret'.")
+        return {"seed_protected": False, "references_protected": False, "why": why}
+    if user.hidden:
+        return {"seed_protected": True, "references_protected": True, "why": ""}
+    why = ("student code ran as a user of its own, but the course's files could not be hidden from it "
+           "(no mount namespace: the container lacks CAP_SYS_ADMIN)")
+    if user.keep_read:
+        return {"seed_protected": False, "references_protected": False,
+                "why": why + ", and it could read every file (Python is installed where only root can read "
+                             "it, so the worker kept CAP_DAC_READ_SEARCH)"}
+    blocked = {p.split(" (")[0] for p in unreachable(user.uid, user.gid, [(Path(p), 4) for p in
+                                                                           confine.private_paths()])}
+    readable = [p for p in confine.private_paths() if p not in blocked]
+    if readable:
+        return {"seed_protected": True, "references_protected": False,
+                "why": why + f"; it could read {readable[0]} (make the course checkout unreadable to other "
+                             "users: chmod -R go-rwx)"}
+    return {"seed_protected": True, "references_protected": True, "why": ""}
+
+
+def _run(src, states, limits, grading, tmp, worker, user, private: list[str]) -> None:
     from . import sandbox
     from .worker import CheckJob, Job
 
@@ -488,7 +519,7 @@ def _run(src, states, limits, grading, tmp, worker, user) -> None:
         return Job(cells=src.cells, exercises=exercises, out_dir=str(tmp / "out"),
                    cell_budget=limits.cell_budget, exercise_budget=limits.timeout,
                    memory_bytes=None if limits.memory_mb is None else limits.memory_mb * 2**20,
-                   helpers=src.helpers)
+                   helpers=src.helpers, hide=private)
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
     sandbox.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker, user=user,

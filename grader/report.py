@@ -128,8 +128,17 @@ def gradescope(r: Report) -> dict[str, Any]:
         "execution_time": round(r.execution_time, 2),
         "tests": tests,
         "extra_data": {"seed": r.seed, "public_only": r.public_only, "error": r.error,
+                       "isolation": dict(r.isolation),
                        "status": {e.name: e.status for e in r.exercises}},
     }
+
+
+def unprotected(r: Report) -> str:
+    """"the seed and the reference answers", "the seed", ... : what student code could read."""
+    what = [name for key, name in (("seed_protected", "the seed"), ("references_protected",
+                                                                    "the reference answers"))
+            if not r.isolation.get(key, True)]
+    return " and ".join(what)
 
 
 def write_json(r: Report, path: str | os.PathLike) -> None:
@@ -286,6 +295,10 @@ def print_terminal(r: Report, console=None) -> None:
     if r.output:
         console.print(Text("\nwhat your code printed (truncated)", style="bold"))
         console.print(Text(r.output), highlight=False)
+    if not r.public_only and r.isolation and not (r.isolation.get("seed_protected")
+                                                  and r.isolation.get("references_protected")):
+        console.print(Text(f"\nwarning: not protected from student code: {unprotected(r)}. "
+                           f"{r.isolation.get('why', '')}", style="yellow"), highlight=False)
     tail = "public checks only: the full grader runs hidden cases too" if r.public_only else (
         f"hidden cases drawn with seed {r.seed}; reproduce with: {reproduce(r)}")
     console.print(Text(f"\n{tail}", style="dim"), highlight=False)

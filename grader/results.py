@@ -136,6 +136,9 @@ class Report:
     error: str | None = None  # why nothing could be graded
     usage_error: bool = False  # the caller's mistake (e.g. a path that does not exist)
     internal_error: bool = False  # the grader's own mistake (e.g. its checks do not import)
+    #: what kept the seed and the reference answers from student code (grader.engine.isolation);
+    #: empty when no student code ran
+    isolation: dict[str, Any] = field(default_factory=dict)
     execution_time: float = 0.0  # seconds; not part of to_dict()
 
     @property
@@ -161,6 +164,6 @@ class Report:
         return {
             "submission": self.submission, "seed": self.seed, "public_only": self.public_only,
             "score": self.score, "max_score": self.max_score, "error": self.error,
-            "notes": list(self.notes), "output": self.output,
+            "notes": list(self.notes), "output": self.output, "isolation": dict(self.isolation),
             "exercises": [e.to_dict() for e in self.exercises],
         }

@@ -126,6 +126,7 @@ class User:
     keep_read: bool  # keep CAP_DAC_READ_SEARCH: Python's own files are not readable by an ordinary user
     lock: socket.socket  # an abstract socket named after the uid: held while grading, freed if we die
     dropped: bool = True  # every worker so far said it switched
+    hidden: bool | None = None  # every worker so far hid the course's files (grader.confine); None: none said
 
     @property
     def gid(self) -> int:
@@ -559,6 +560,9 @@ class _Drive:
         word, *rest = line.split()
         if word == "ready" and self.phase == "startup":
             self.w.switched(rest[0].split(",") if rest else [])
+            hidden = next((r.split("=", 1)[1] for r in rest[1:] if r.startswith("hidden=")), "no")
+            if self.w.user is not None:
+                self.w.user.hidden = hidden.isdigit() and self.w.user.hidden is not False
             self.phase = "loading"
             self.deadline = time.monotonic() + self.limits.load_timeout
         elif word == "cell" and rest and rest[0].isdigit():

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import channel, rules
+from . import channel, confine, fnspecs, rules  # noqa: F401 -- fnspecs: imported before the course is hidden
 from .execute import execute, reseed
 from .sandbox import CALL_SEED, NOT_RUN, TIME_LIMIT
 from .spec import Call, Outcome
@@ -61,6 +61,7 @@ class Job:
     exercise_budget: float
     memory_bytes: int | None = None
     helpers: dict[str, str] = field(default_factory=dict)
+    hide: list[str] = field(default_factory=list)  # paths student code must not see (grader.confine)
 
 
 class ExerciseTimeout(BaseException):
@@ -163,6 +164,17 @@ def _switch_user(arg: str) -> None:
     except OSError:
         pass
     libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0)  # setuid programs cannot give root back
+
+
+def _hide(paths: list[str]) -> str:
+    """Cover ``paths`` (as root only: a mount namespace needs CAP_SYS_ADMIN). Returns
+    what the "ready" line says: the number of mounts, "no" or "failed"."""
+    if not paths or os.geteuid() != 0:
+        return "no"
+    try:
+        return str(confine.hide(paths))
+    except OSError:
+        return "failed"
 
 
 def _set_limits(job: Job) -> None:
@@ -293,9 +305,10 @@ def serve(status_fd: int, switch: str | None) -> None:
     if devnull != 0:
         os.close(devnull)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- the student's stdin is empty
+    hidden = _hide(job.hide) if switch else "no"  # with the switch to a user of its own, as root
     if switch:
         _switch_user(switch)
-    status.send("ready " + ",".join(map(str, os.getresuid())))
+    status.send("ready " + ",".join(map(str, os.getresuid())) + f" hidden={hidden}")
 
     _set_limits(job)
     # A crash in C (a segfault) prints the Python stack to stderr: the parent reads the student's line there.

@@ -1,0 +1,95 @@
+"""The seed and the reference answers stay out of student code's reach.
+
+``tests/submissions/seeker.py`` looks for them where student code could: every
+process's environment, command line and open files, and every readable file
+where a course, a class or a report could be (this checkout is as world-readable
+as any clone). It prints what it found, reversed, and answers ``causal_mask``
+with the reference package if it can load it under another name.
+
+Run as root, the grader leaves it nothing, in every mode. Run as the grader's own
+user, it finds both, and the report says plainly what was not protected: that run
+is also the proof that the seeker works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.classroom import grade_class
+
+SUBMISSIONS = Path(__file__).parent / "submissions"
+SEED = 918273645546372819  # long enough that no other number on the machine matches it
+FOUND = ("NOITULOS NIGEB #", "(ksam_lasuac fed", str(SEED)[::-1])  # reversed, as the seeker prints them
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="student code runs as another user only under root")
+
+
+def _grade(tmp_path: Path, *, privdrop: bool) -> tuple[dict, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_NO_PRIVDROP"}
+    env["GRADER_SEED"] = str(SEED)
+    if not privdrop:
+        env["GRADER_NO_PRIVDROP"] = "1"
+    out = tmp_path / "results.json"
+    p = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "seeker.py"), "--exercise",
+                        "causal_mask", "--json", str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text()), p.stdout
+
+
+def _seeker_output(results: dict) -> str:
+    text = results["output"]
+    assert "SEEKER:" in text, "the seeker did not run"
+    return text.split("SEEKER:", 1)[1]
+
+
+@root_only
+def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
+    results, stdout = _grade(tmp_path, privdrop=True)
+    seen = _seeker_output(results)
+    assert not [f for f in FOUND if f in seen], seen[:2000]
+    assert results["score"] == 0
+    assert results["extra_data"]["isolation"] == {"seed_protected": True, "references_protected": True,
+                                                   "why": ""}
+    assert "warning: not protected" not in stdout
+    assert stat.S_IMODE((tmp_path / "results.json").stat().st_mode) == 0o600
+
+
+def test_as_the_graders_own_user_the_seeker_finds_both_and_the_report_says_so(tmp_path):
+    results, stdout = _grade(tmp_path, privdrop=False)
+    seen = _seeker_output(results)
+    assert str(SEED)[::-1] in seen, "the seeker cannot find the seed even where it is readable"
+    assert results["score"] > 0, "the seeker cannot use the reference even where it is readable"
+    isolation = results["extra_data"]["isolation"]
+    assert isolation["seed_protected"] is False and isolation["references_protected"] is False
+    assert "warning: not protected from student code: the seed and the reference answers" in " ".join(
+        stdout.split())
+
+
+@root_only
+@pytest.mark.parametrize("preload", [True, False], ids=["forked", "fresh"])
+def test_class_mode_and_its_regrade_leave_the_seeker_nothing(tmp_path, preload):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "seeker.py").write_text((SUBMISSIONS / "seeker.py").read_text())
+    (subs / "honest.py").write_text((SUBMISSIONS / "correct.py").read_text())
+    out = tmp_path / "out"
+    out.mkdir(mode=0o755)
+    for regrade in (False, True):  # the second run finds the first run's results, logs and manifest
+        rows = grade_class(subs, out, jobs=2, seed=SEED, progress=False, preload=preload, regrade=regrade,
+                           extra=["--exercise", "causal_mask"])
+        assert {r.slug: r.status for r in rows}.keys() == {"seeker", "honest"}
+        results = json.loads((out / "seeker" / "results.json").read_text())
+        seen = _seeker_output(results)
+        assert not [f for f in FOUND if f in seen], seen[:2000]
+        assert results["score"] == 0
+        assert json.loads((out / "honest" / "results.json").read_text())["score"] > 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    for path in (out / "manifest.json", out / "seeker" / "results.json", out / "seeker" / "grader.log"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
