@@ -50,8 +50,12 @@ def _overwrite(path, text):
 def _tamper():
     checks = os.path.join(os.path.dirname(sys.modules["grader"].__file__), "checks")
     judges = os.path.join(checks, "judges.py")
-    with open(judges) as f:
-        original = f.read()
+    try:
+        with open(judges) as f:
+            original = f.read()
+    except OSError as e:  # the grader's files are hidden from student code
+        original = ""
+        print(f"tamper read checks/judges.py: {type(e).__name__}")
     print(_attempt("checks/__init__.py", lambda: _append(os.path.join(checks, "__init__.py"), PAYLOAD)))
     print(_attempt("checks/judges.py", lambda: _overwrite(judges, original + PAYLOAD)))
     print(_attempt("checks/zz_tamper.py", lambda: _overwrite(os.path.join(checks, "zz_tamper.py"), PAYLOAD)))
