@@ -38,7 +38,6 @@ import hashlib
 import json
 import os
 import queue
-import random
 import secrets
 import statistics
 import sys
@@ -50,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cli import SEED_ENV
+from . import seed as seed_mod
 
 # ``X as X``: moved out of this module in the split and re-exported on purpose
 # (grader.gradescope and the tests import them from grader.classroom).
@@ -76,6 +75,7 @@ from .roster import SOURCE_SUFFIXES as SOURCE_SUFFIXES
 from .roster import Student, content_hash, discover, grading_target
 from .scores import _fmt, failure_results, max_score, per_exercise, read_results, summarize, total_score
 from .scores import exercise_of as exercise_of
+from .seed import SEED_ENV
 from .zygote import Zygote
 
 MANIFEST_VERSION = 1
@@ -401,26 +401,23 @@ def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: i
         for r in failures:
             f.add_row(r.student, r.status, r.message)
         console.print(f)
-    console.print(f"seed {seed} (pass --seed {seed} to reproduce) · {jobs} workers · {wall:.1f} s wall · "
+    console.print(f"seed {seed} (reproduce with GRADER_SEED={seed}) · {jobs} workers · {wall:.1f} s wall · "
                   f"grades: {out / 'grades.csv'}")
 
 
 def _resolve_seed(arg: int | None, out: Path) -> tuple[int, str]:
-    if arg is not None:
-        return arg, "--seed"
-    if os.environ.get("GRADER_SEED", "").strip():
-        try:
-            return int(os.environ["GRADER_SEED"]), "$GRADER_SEED"
-        except ValueError:
-            raise SystemExit(f"GRADER_SEED must be an integer; got {os.environ['GRADER_SEED']!r}. "
-                             f"Set it to the term's secret seed, e.g. GRADER_SEED=20250901.") from None
+    """--seed, else $GRADER_SEED, else the seed of the last run into ``out``, else a fresh one."""
+    last = None
     try:
-        seed = json.loads((out / "manifest.json").read_text()).get("seed")
-        if isinstance(seed, int):
-            return seed, f"the last run's manifest in {out}"
+        manifest_seed = json.loads((out / "manifest.json").read_text()).get("seed")
+        if isinstance(manifest_seed, int):
+            last = (manifest_seed, f"the last run's manifest in {out}")
     except (OSError, ValueError):
         pass
-    return random.SystemRandom().randrange(2**31), "drawn at random (none given)"
+    try:
+        return seed_mod.resolve(arg, fallback=last)
+    except seed_mod.SeedError as e:
+        raise SystemExit(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

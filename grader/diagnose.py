@@ -199,6 +199,19 @@ def mixes_devices(error: str) -> bool:
     return bool(re.search(_MIXES_DEVICES, str(error)))
 
 
+EXCERPT_CHARS = 60
+
+
+def excerpt(said: str) -> str:
+    """What a student's exception said, as feedback on a hidden check may show it: at most
+    :data:`EXCERPT_CHARS` characters, digits masked, so that no hidden input rides out on it."""
+    short = re.sub(r"[0-9]", "#", said[:EXCERPT_CHARS])
+    if short == said:
+        return said
+    return (short + ("…" if len(said) > EXCERPT_CHARS else "")
+            + " [a hidden case: your code's message is cut, its digits masked]")
+
+
 def explain_error(error: str) -> str:
     """The student's exception, in plain words (the original text follows)."""
     text = str(error)

@@ -124,7 +124,28 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
         where = next((o.where for o in outcomes if o.error and o.where), None)
         if where and where not in verdict.detail:
             verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
+        if not check.public:
+            _cut_student_text(verdict, outcomes)
     return verdict
+
+
+def _cut_student_text(verdict, outcomes) -> None:
+    """On a hidden check, what the student's own exceptions said appears only as a short
+    excerpt with its digits masked (:func:`grader.diagnose.excerpt`): an error message
+    must not carry a hidden case's inputs out to the student. The grader's own words
+    (the diagnosis, shapes and dtypes of the inputs, the mask grids) stay as they are."""
+    from .diagnose import excerpt
+
+    for o in outcomes:
+        kind, _, said = (o.error or "").split("\n")[0].partition(": ")
+        if not said or kind in ("ForbiddenAPIError", TIME_LIMIT):
+            continue
+        short = excerpt(said)
+        for field in ("message", "detail"):
+            text = getattr(verdict, field)
+            for quoted in (said[:300] + "...", said):  # explain_error quotes up to 300 characters
+                text = text.replace(quoted, short)
+            setattr(verdict, field, text)
 
 
 def check_result(check, verdict) -> CheckResult:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import secrets
 import shutil
@@ -30,6 +29,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import seed as seed_mod
 from .classroom import (
     failure_results,
     grading_target,
@@ -39,7 +39,7 @@ from .classroom import (
     runtime_requirements,
     single_thread_env,
 )
-from .cli import SEED_ENV
+from .seed import SEED_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "gradescope"
@@ -53,16 +53,11 @@ DEFAULT_TIMEOUT = 540.0
 _EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 
 
-def _resolve_seed(seed: int | None) -> tuple[int, str]:
-    if seed is not None:
-        return seed, "--seed"
-    env = os.environ.get("GRADER_SEED", "").strip()
-    if env:
-        try:
-            return int(env), "$GRADER_SEED"
-        except ValueError:
-            raise SystemExit(f"GRADER_SEED must be an integer; got {env!r}.") from None
-    return random.SystemRandom().randrange(2**31), "drawn at random: note it to reproduce grades locally"
+def _resolve_seed(arg: int | None) -> tuple[int, str]:
+    try:
+        return seed_mod.resolve(arg, fallback=None)
+    except seed_mod.SeedError as e:
+        raise SystemExit(str(e)) from None
 
 
 def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path = REPO) -> Path:
@@ -136,12 +131,34 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
         visibility = (source / VISIBILITY_FILE).read_text().strip()
     except OSError:
         visibility = "visible"
-    if visibility != "visible":
-        # The engine gives one test entry per exercise, public and hidden checks together,
-        # so the whole entry waits; the total follows Gradescope's own rule for hidden tests.
-        for t in results.get("tests", []):
-            t["visibility"] = visibility
+    results = withhold(results, visibility)
     final.write_text(json.dumps(hide_seed(results, seed), indent=2))
+    return results
+
+
+#: What students read on Gradescope before the instructor's chosen moment.
+WITHHELD = {
+    "after_due_date": "Your submission was received and graded. Scores and feedback appear after the due "
+                      "date.",
+    "after_published": "Your submission was received and graded. Scores and feedback appear when your "
+                       "instructor publishes the grades.",
+    "hidden": "Your submission was received and graded. Your instructor has chosen not to show the results.",
+}
+
+
+def withhold(results: dict, visibility: str) -> dict:
+    """``results`` as students may see them under ``visibility``: every test entry and the
+    top level carry the setting, and the top-level ``output`` (which Gradescope shows at
+    once, whatever the setting) says only that grading happened. The full text stays in
+    the autograder's stdout, which only staff see."""
+    if visibility == "visible":
+        return results
+    results = dict(results)
+    # One test entry per exercise, public and hidden checks together: the whole entry waits.
+    results["tests"] = [{**t, "visibility": visibility} for t in results.get("tests", [])]
+    results["visibility"] = visibility
+    print(results.get("output", ""))  # for staff
+    results["output"] = WITHHELD.get(visibility, WITHHELD["hidden"])
     return results
 
 

@@ -208,6 +208,39 @@ def block_imports() -> None:
     sys.meta_path.insert(0, _Blocker())
 
 
+def block_reference_files(folders: list[str]) -> None:
+    """Worker only: opening any file inside ``folders`` (the reference package, the
+    solutions) raises :class:`ForbiddenAPIError`, for good: an audit hook, which no code
+    can remove, so the rule holds however the files are reached (another module name,
+    ``spec_from_file_location``, ``open``, a symlink), not only for ``import attnmask``."""
+    roots = [os.path.realpath(f) for f in folders if f]
+    if not roots:
+        return
+
+    def hook(event: str, args: tuple) -> None:
+        if event != "open" or not args or not isinstance(args[0], str | bytes | os.PathLike):
+            return
+        try:
+            path = os.path.realpath(os.fsdecode(args[0]))
+        except (TypeError, ValueError):
+            return
+        if any(path == r or path.startswith(r + os.sep) for r in roots):
+            raise ForbiddenAPIError(message("attnmask"))
+
+    sys.addaudithook(hook)
+
+
+def reference_folders(course_paths: list[str]) -> list[str]:
+    """Of the folders hidden from student code, those that hold answers: the
+    ``attnmask`` package and ``solutions/``, wherever they are installed."""
+    out = []
+    for p in course_paths:
+        for candidate in (p, os.path.join(p, "attnmask"), os.path.join(p, "solutions")):
+            if os.path.basename(candidate) in ("attnmask", "solutions") and os.path.isdir(candidate):
+                out.append(candidate)
+    return sorted(set(out))
+
+
 def _from_grader(depth: int = 2) -> bool:
     """True when the caller is the grader's own code (e.g. a trusted FnSpec builder)."""
     try:

@@ -314,6 +314,7 @@ def serve(status_fd: int, switch: str | None) -> None:
     # A crash in C (a segfault) prints the Python stack to stderr: the parent reads the student's line there.
     faulthandler.enable(file=sys.__stderr__, all_threads=False)
     rules.block_imports()
+    rules.block_reference_files(rules.reference_folders(job.hide))
     _neutralise_notebook_check()
     forbid = rules.forbid_torch_apis()
     forbid.__enter__()  # for the life of the worker

@@ -25,7 +25,7 @@ import pytest
 from grader.classroom import grade_class
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
-SEED = 918273645546372819  # long enough that no other number on the machine matches it
+SEED = 918273645512345678  # long enough that no other number on the machine matches it
 FOUND = ("NOITULOS NIGEB #", "(ksam_lasuac fed", str(SEED)[::-1])  # reversed, as the seeker prints them
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="student code runs as another user only under root")
 
@@ -33,6 +33,7 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="student code runs as a
 def _grade(tmp_path: Path, *, privdrop: bool) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if k != "GRADER_NO_PRIVDROP"}
     env["GRADER_SEED"] = str(SEED)
+    env["COLUMNS"] = "1000"  # the terminal report as one line per paragraph
     if not privdrop:
         env["GRADER_NO_PRIVDROP"] = "1"
     out = tmp_path / "results.json"
@@ -43,16 +44,17 @@ def _grade(tmp_path: Path, *, privdrop: bool) -> tuple[dict, str]:
     return json.loads(out.read_text()), p.stdout
 
 
-def _seeker_output(results: dict) -> str:
-    text = results["output"]
+def _seeker_output(text: str) -> str:
+    """What the seeker printed, from the grader's terminal report (results.json leaves
+    printed output out when hidden cases ran)."""
     assert "SEEKER:" in text, "the seeker did not run"
-    return text.split("SEEKER:", 1)[1]
+    return text.split("SEEKER:", 1)[1].split("\n")[0]
 
 
 @root_only
 def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
     results, stdout = _grade(tmp_path, privdrop=True)
-    seen = _seeker_output(results)
+    seen = _seeker_output(stdout)
     assert not [f for f in FOUND if f in seen], seen[:2000]
     assert results["score"] == 0
     assert results["extra_data"]["isolation"] == {"seed_protected": True, "references_protected": True,
@@ -63,7 +65,7 @@ def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
 
 def test_as_the_graders_own_user_the_seeker_finds_both_and_the_report_says_so(tmp_path):
     results, stdout = _grade(tmp_path, privdrop=False)
-    seen = _seeker_output(results)
+    seen = _seeker_output(stdout)
     assert str(SEED)[::-1] in seen, "the seeker cannot find the seed even where it is readable"
     assert results["score"] > 0, "the seeker cannot use the reference even where it is readable"
     isolation = results["extra_data"]["isolation"]
@@ -86,7 +88,7 @@ def test_class_mode_and_its_regrade_leave_the_seeker_nothing(tmp_path, preload):
                            extra=["--exercise", "causal_mask"])
         assert {r.slug: r.status for r in rows}.keys() == {"seeker", "honest"}
         results = json.loads((out / "seeker" / "results.json").read_text())
-        seen = _seeker_output(results)
+        seen = _seeker_output((out / "seeker" / "grader.log").read_text())
         assert not [f for f in FOUND if f in seen], seen[:2000]
         assert results["score"] == 0
         assert json.loads((out / "honest" / "results.json").read_text())["score"] > 0
