@@ -82,13 +82,19 @@ TEMPLATE_PATHS = ("exercises", "attnmask", "grader", "pyproject.toml", "README.m
 DEV_ONLY = {"jupyter-book", "nbval", "pytest", "pytest-xdist", "pytest-benchmark", "hypothesis", "ruff"}
 
 
-def runtime_requirements(text: str, *, keep_editable: bool = True) -> str:
-    """requirements.txt without the development-only tools (pins kept verbatim)."""
+#: What students need to work in notebooks but grading does not (the Gradescope image).
+NOTEBOOK_ONLY = {"jupyterlab", "nbformat", "nbclient", "ipykernel", "pyyaml", "matplotlib"}
+
+
+def runtime_requirements(text: str, *, keep_editable: bool = True, grading_only: bool = False) -> str:
+    """requirements.txt without the development-only tools (pins kept verbatim); with
+    ``grading_only``, also without what only working in notebooks needs."""
     out = []
+    drop = DEV_ONLY | NOTEBOOK_ONLY if grading_only else DEV_ONLY
     for line in text.splitlines():
         m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
         name = m.group(1).lower().replace("_", "-").replace(".", "-") if m else None
-        if name in DEV_ONLY:
+        if name in drop:
             continue
         if line.strip().startswith("-e") and not keep_editable:
             continue

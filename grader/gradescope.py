@@ -80,7 +80,8 @@ def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path =
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(repo / name, bundle / name)
     # Gradescope installs the bundle itself (setup.sh), not the repository in editable mode.
-    reqs = runtime_requirements((repo / "requirements.txt").read_text(), keep_editable=False)
+    reqs = runtime_requirements((repo / "requirements.txt").read_text(), keep_editable=False,
+                                grading_only=True)
     (bundle / "requirements.txt").write_text(reqs)
     for name in ("setup.sh", "run_autograder"):
         shutil.copy2(TEMPLATES / name, bundle / name)

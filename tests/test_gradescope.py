@@ -157,12 +157,51 @@ def test_corrupt_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
     assert "ex01_leakage.ipynb" in text, text
 
 
-def test_feedback_can_wait_for_the_due_date(tmp_path):
-    zip_path = build(tmp_path / "gs", seed=SEED, visibility="after_due_date")
-    results, _ = simulate(tmp_path, zip_path, {"ex03_padding.ipynb": _solutions()["ex03_padding.ipynb"]})
+@pytest.mark.parametrize("visibility", ["visible", "after_due_date", "after_published", "hidden"])
+def test_feedback_waits_for_the_moment_the_instructor_chose(tmp_path, visibility):
+    """Gradescope shows the top-level ``output`` at once whatever the tests' settings: with
+    anything but "visible", it says only that grading happened, and the top level carries
+    the setting too (Gradescope's results.json: top-level and per-test ``visibility``)."""
+    zip_path = build(tmp_path / "gs", seed=SEED, visibility=visibility)
+    results, stdout = simulate(tmp_path, zip_path, {"ex03_padding.ipynb": _solutions()["ex03_padding.ipynb"]})
     _valid(results)
-    assert results["tests"] and {t["visibility"] for t in results["tests"]} == {"after_due_date"}
     assert results["score"] > 0  # the padding_mask exercise, graded as usual
+    assert results["tests"] and {t["visibility"] for t in results["tests"]} == {visibility}
+    if visibility == "visible":
+        assert "Score" in results["output"]
+        return
+    assert results["visibility"] == visibility
+    assert "Score " not in results["output"] and "padding_mask" not in results["output"]
+    assert not any(ch.isdigit() for ch in results["output"]), results["output"]
+    assert "Score" in stdout  # staff still see everything in the autograder's stdout
+
+
+def test_the_bundle_installs_only_what_grading_needs(bundle):
+    with zipfile.ZipFile(bundle) as zf:
+        reqs = zf.read("requirements.txt").decode()
+    names = {line.split("=")[0].split(">")[0].split("<")[0].strip().lower() for line in reqs.splitlines()
+             if line.strip() and not line.startswith(("#", "-"))}
+    assert "torch" in names and "rich" in names
+    assert not names & {"nbclient", "ipykernel", "nbformat", "pyyaml", "jupyterlab", "jupyter-book", "pytest"}
+
+
+def test_feedback_on_hidden_checks_carries_no_hidden_input(tmp_path, bundle):
+    """A submission that raises (and prints) the inputs it was given: what students see
+    holds no hidden tensor, while the public checks' inputs may show."""
+    code = ("def document_mask(doc_ids):\n"
+            "    print('IDS', doc_ids.tolist())\n"
+            "    raise ValueError('my inputs: ' + str(doc_ids.tolist()))\n")
+    results, _ = simulate(tmp_path, bundle, {"leak.py": code.encode()})
+    text = json.dumps(results)
+    from grader.checks import EXERCISES
+
+    hidden = [a for c in EXERCISES["document_mask"].make_checks(SEED, hidden=True) if not c.public
+              for call in c.calls for a in call.args if hasattr(a, "tolist") and a.numel() > 1]
+    assert hidden
+    for ids in hidden:
+        assert str(ids.tolist()) not in text and str(ids.tolist()[0]) not in text, ids
+    assert "my inputs: [[0, 0, 1, 1, 1]]" in text  # a public case: shown in full
+    assert "digits masked" in text
 
 
 def test_empty_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
