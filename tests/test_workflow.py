@@ -150,3 +150,13 @@ def test_steps_run_locally_on_a_half_finished_repository(tmp_path):
     points = sum(t["score"] for t in payload["tests"])
     assert points == data["score"] and 0 < points < payload["max_score"]
     assert "causal_mask" in summary and "document_mask" in summary
+
+
+def test_the_class_is_graded_as_root_so_student_code_runs_as_another_user():
+    """On a hosted runner the grader can hide the seed and the course from student code
+    only as root; the results it writes for root alone go back to the runner's user."""
+    steps = _steps(_load(INSTRUCTOR))
+    grade = next(s for s in steps if s.get("id") == "grade")
+    assert grade["run"].startswith("sudo --preserve-env=GRADER_SEED") and "-m grader class" in grade["run"]
+    after = steps[steps.index(grade) + 1]
+    assert "chown" in after["run"] and after.get("if") == "always()"
