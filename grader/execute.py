@@ -8,6 +8,7 @@ trusted process never touch the student's objects.
 from __future__ import annotations
 
 import os
+import signal
 import sysconfig
 import time
 from typing import Any
@@ -28,6 +29,42 @@ def reseed(seed: int) -> None:
     torch.default_generator.manual_seed(seed)
     if torch.cuda.is_initialized():
         torch.cuda.manual_seed_all(seed)
+
+
+class ExerciseTimeout(BaseException):
+    """The exercise's time is up. BaseException: ``except Exception`` in student code won't eat it."""
+
+
+def _alarm(signum, frame):
+    raise ExerciseTimeout()
+
+
+def execute_limited(fn, call: Call, *, want_grads: bool, seconds: float, timed_out: str) -> Outcome:
+    """:func:`execute` stopped after ``seconds`` by SIGALRM (main thread only), with ``timed_out`` as error.
+
+    A one-shot timer (``setitimer``) interrupts Python loops and ``time.sleep`` alike and
+    costs nothing when the call is quick. The worker and the notebook's ``check`` both use
+    it; the SIGALRM handler and the timer that were there before are put back afterwards.
+    """
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    earlier = signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        try:
+            outcome = execute(fn, call, want_grads=want_grads)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except ExerciseTimeout:  # it fired after fn returned, while its result was being recorded
+        outcome = Outcome(error="ExerciseTimeout: ")
+    except BaseException as e:  # noqa: BLE001 -- e.g. RecursionError converting a self-referencing list
+        outcome = Outcome(error=f"GraderError: the grader could not record what came back "
+                                f"({type(e).__name__}: {e})")
+    finally:  # the timer is off: nothing can interrupt this any more
+        signal.signal(signal.SIGALRM, previous)
+        if earlier[0]:
+            signal.setitimer(signal.ITIMER_REAL, *earlier)
+    if outcome.error and outcome.error.startswith("ExerciseTimeout"):
+        outcome.error = timed_out
+    return outcome
 
 
 def _to_device(x: Any, device: str) -> Any:

@@ -10,14 +10,19 @@ compares it. It never says the work is done: hidden cases remain for
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from .results import NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED, ExerciseResult
 
 _CHECKS: dict[str, list] = {}  # public checks per exercise: built once per kernel
 FULL_GRADER = "python -m grader"
+MEMORY_MB = 2048  # as `python -m grader --memory`'s default
 
 
 def _registry() -> Mapping[str, Any]:
@@ -34,34 +39,44 @@ def public_checks(name: str) -> list:
     return _CHECKS[name]
 
 
-def run_public(fn: Callable, name: str | None = None) -> ExerciseResult:
-    """Grade ``fn`` on the public checks of exercise ``name`` (default ``fn.__name__``)."""
+def run_public(fn: Callable, name: str | None = None, *, timeout: float | None = None,
+               memory_mb: int | None = MEMORY_MB) -> ExerciseResult:
+    """Grade ``fn`` on the public checks of exercise ``name`` (default ``fn.__name__``).
+
+    Under the grader's limits: ``timeout`` seconds for the whole exercise (default
+    ``engine.DEFAULT_TIMEOUT``), stopped by the same timer as in the worker, and, where the
+    kernel can take it back afterwards, ``memory_mb`` of memory beyond what it uses now.
+    """
     import torch
 
     from . import engine, rules
-    from .execute import execute, reseed
-    from .sandbox import CALL_SEED
+    from .sandbox import TIME_LIMIT
 
     name = name or fn.__name__
+    timeout = engine.DEFAULT_TIMEOUT if timeout is None else timeout
     exercise = _registry()[name]
     state = engine._Exercise(0, exercise, 0, True, engine.cuda_available(), checks=public_checks(name))
+    limited = _can_time()
     rng = torch.get_rng_state()
     interrupted = False
+    deadline = time.monotonic() + timeout
     try:
-        with rules.forbid_torch_apis(), rules.forbid_globals(fn) as forbidden:
+        with rules.forbid_torch_apis(), rules.forbid_globals(fn) as forbidden, _memory_limit(memory_mb):
             for ci in state.runnable:
                 check = state.checks[ci]
                 outcomes = []
                 for call in check.calls:
-                    reseed(CALL_SEED)
-                    outcomes.append(execute(fn, call, want_grads=bool(check.want_grads)))
+                    left = deadline - time.monotonic()
+                    outcomes.append(_call(fn, call, bool(check.want_grads), left, limited))
                     if outcomes[-1].error and outcomes[-1].error.startswith("KeyboardInterrupt"):
                         interrupted = True
                         break
                 if interrupted:
                     break
                 state.outcomes_seen.extend(outcomes)
-                state.verdicts[ci] = engine.judge(check, outcomes)
+                if state.timed_out is None and any((o.error or "").startswith(TIME_LIMIT) for o in outcomes):
+                    state.timed_out = ci
+                state.verdicts[ci] = engine.judge(check, outcomes, timeout=timeout)
     finally:
         torch.set_rng_state(rng)
     if interrupted:
@@ -69,7 +84,63 @@ def run_public(fn: Callable, name: str | None = None) -> ExerciseResult:
     result = state.finish()
     said = {c.message for c in result.checks}
     result.notes.extend(rules.message(what) for what in forbidden if rules.message(what) not in said)
+    if not limited:
+        result.notes.append("no time limit here: check() stops slow code only when called from the "
+                            "notebook's main thread on Linux or macOS; the grader's limit is "
+                            f"{timeout:g} s per exercise")
     return result
+
+
+def _call(fn: Callable, call, want_grads: bool, left: float, limited: bool):
+    """One call with what is left of the exercise's time, as the worker makes it."""
+    from .execute import execute, execute_limited, reseed
+    from .sandbox import CALL_SEED, NOT_RUN, TIME_LIMIT
+    from .spec import Outcome
+
+    if left <= 0:
+        return Outcome(error=f"{TIME_LIMIT}: {NOT_RUN}, the exercise's time was used up")
+    reseed(CALL_SEED)
+    if not limited:
+        return execute(fn, call, want_grads=want_grads)
+    return execute_limited(fn, call, want_grads=want_grads, seconds=left,
+                           timed_out=f"{TIME_LIMIT}: stopped at the time limit")
+
+
+def _can_time() -> bool:
+    """SIGALRM can stop a call: a POSIX system, and we are in the main thread (as in a notebook cell)."""
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def _memory_limit(memory_mb: int | None):
+    """Lower the kernel's address-space limit to what it uses now + ``memory_mb``, then restore it.
+
+    As in the worker: a call that wants more gets a MemoryError (an outcome, like any error)
+    instead of swapping the machine to a halt. Left out with CUDA, which reserves huge ranges.
+    """
+    try:
+        import resource
+
+        import torch
+
+        if memory_mb is None or torch.cuda.is_initialized() or not sys.platform.startswith("linux"):
+            raise OSError("not here")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        with open("/proc/self/status") as f:
+            size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        limit = size + memory_mb * 2**20
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        if soft != resource.RLIM_INFINITY and soft <= limit:
+            raise OSError("already limited")
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (OSError, ValueError, StopIteration, ImportError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def text(result: ExerciseResult) -> str:

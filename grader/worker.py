@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import channel, confine, fnspecs, rules  # noqa: F401 -- fnspecs: imported before the course is hidden
-from .execute import execute, reseed
+from .execute import execute_limited, reseed
 from .sandbox import CALL_SEED, NOT_RUN, TIME_LIMIT
 from .spec import Call, Outcome
 from .submission import Cell, pick, run_cells
@@ -62,10 +62,6 @@ class Job:
     memory_bytes: int | None = None
     helpers: dict[str, str] = field(default_factory=dict)
     hide: list[str] = field(default_factory=list)  # paths student code must not see (grader.confine)
-
-
-class ExerciseTimeout(BaseException):
-    """The exercise's time is up. BaseException: ``except Exception`` in student code won't eat it."""
 
 
 class _Status:
@@ -238,28 +234,11 @@ def _neutralise_notebook_check() -> None:
     grader.check = grader.check_all = check
 
 
-def _alarm(signum, frame):
-    raise ExerciseTimeout()
-
-
 def _run_call(fn, call: Call, want_grads: bool, seconds: float) -> Outcome:
     """One call under the exercise's remaining time."""
     reseed(CALL_SEED)
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
-    try:
-        try:
-            outcome = execute(fn, call, want_grads=want_grads)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except ExerciseTimeout:
-        outcome = Outcome(error="ExerciseTimeout: ")
-    except BaseException as e:  # noqa: BLE001 -- e.g. RecursionError converting a self-referencing list
-        outcome = Outcome(error=f"GraderError: the grader could not record what came back "
-                                f"({type(e).__name__}: {e})")
-    if outcome.error and outcome.error.startswith("ExerciseTimeout"):
-        outcome.error = f"{TIME_LIMIT}: stopped after the exercise's time limit"
-    return outcome
+    return execute_limited(fn, call, want_grads=want_grads, seconds=seconds,
+                           timed_out=f"{TIME_LIMIT}: stopped after the exercise's time limit")
 
 
 def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, status: _Status,

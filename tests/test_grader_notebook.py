@@ -184,3 +184,67 @@ def test_exercise_notebook_with_the_solutions_pasted_in_passes_its_checks(stem):
         name = cell.removeprefix("check(").removesuffix(")")
         assert out.startswith(f"{name}: ") and "public checks pass." in out, (cell, out)
         assert "✗" not in out and "Traceback" not in out, (cell, out)
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def _endless(n, *, device=None):
+    while True:
+        pass
+
+
+def _sleeps(n, *, device=None):
+    import time
+
+    time.sleep(100)
+
+
+def _swallows(n, *, device=None):
+    while True:
+        try:
+            while True:
+                pass
+        except Exception:  # noqa: BLE001 -- a student's catch-all must not eat the time limit
+            pass
+
+
+@pytest.mark.parametrize("slow", [_endless, _sleeps, _swallows], ids=["loop", "sleep", "except-Exception"])
+def test_check_stops_slow_code_at_the_graders_time_limit(slow):
+    import signal
+    import time
+
+    run_public(causal_mask)  # the checks are built once per kernel: not part of the limit
+    handler = signal.getsignal(signal.SIGALRM)
+    t0 = time.monotonic()
+    r = run_public(_named(slow), timeout=0.5)
+    took = time.monotonic() - t0
+    assert took < 2.0, took
+    assert r.status == "timed out" and r.score == 0
+    assert "stopped at the time limit (0.5 s): an infinite loop" in r.message
+    assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    r = run_public(causal_mask)  # the kernel goes on as before
+    assert r.status == "passed"
+
+
+def test_check_and_the_grader_use_one_timer():
+    from grader import execute, worker
+
+    assert worker.execute_limited is execute.execute_limited
+    assert not issubclass(execute.ExerciseTimeout, Exception)  # a student's except Exception cannot eat it
+
+
+def test_check_limits_memory_and_gives_it_back():
+    import resource
+    import sys
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
+
+    def hungry(n, *, device=None):
+        torch.empty(2**31, dtype=torch.float64)  # 16 GiB
+        return causal_mask(n, device=device)
+
+    r = run_public(_named(hungry), memory_mb=512)
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    if sys.platform.startswith("linux") and not torch.cuda.is_initialized():
+        assert r.status != "passed" and "allocate" in r.message
