@@ -120,9 +120,7 @@ def read(path: str | os.PathLike) -> Source:
             "or the folder holding them (e.g. exercises/)."
         )
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file()
-                       and not any(part.startswith(".") or part in _SKIP_DIRS
-                                   for part in f.relative_to(p).parts))
+        files = files_in(p)
         if not files:
             src.problems.append(f"the folder {p.name or path} holds no notebooks (.ipynb) or .py files")
         base = p
@@ -137,6 +135,13 @@ def read(path: str | os.PathLike) -> Source:
             if isinstance(text, str):
                 src.helpers[f.name] = text
     return src
+
+
+def files_in(folder: Path) -> list[Path]:
+    """The notebooks and .py files a folder submission consists of, in order (hidden folders left out)."""
+    return sorted(f for f in folder.rglob("*") if f.suffix in SUFFIXES and f.is_file()
+                  and not any(part.startswith(".") or part in _SKIP_DIRS
+                              for part in f.relative_to(folder).parts))
 
 
 def _text(f: Path) -> str | Exception:
