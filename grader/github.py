@@ -75,8 +75,9 @@ def gh_outputs_main(argv: Sequence[str] | None = None) -> int:
 
 # --------------------------------------------------------------------------- template repo
 
-#: What a student's template repository holds. No solutions/, no tests/, no book/.
-TEMPLATE_PATHS = ("exercises", "attnmask", "grader", "pyproject.toml", "README.md")
+#: What a student's template repository holds. No solutions/, no tests/, no book/. Its README.md
+#: (for students: the course's is for maintainers) and workflow come from classroom/github/.
+TEMPLATE_PATHS = ("exercises", "attnmask", "grader", "pyproject.toml")
 #: Development tools in requirements.txt that grading never imports; left out of the
 #: student template and the Gradescope image, which install on every run or build.
 DEV_ONLY = {"jupyter-book", "nbval", "pytest", "pytest-xdist", "pytest-benchmark", "hypothesis", "ruff"}
@@ -130,5 +131,5 @@ def template_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     build_template(args.repo, args.dest)
     print(f"template repository written to {args.dest}: {', '.join(TEMPLATE_PATHS)}, requirements.txt, "
-          f".github/workflows/classroom.yml")
+          f"README.md, .github/workflows/classroom.yml")
     return 0

@@ -12,6 +12,7 @@ import base64
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -522,3 +523,42 @@ def test_the_seed_is_not_on_any_command_line_student_code_can_read(tmp_path, pre
     results = (tmp_path / "out" / rows[0].slug / "results.json").read_text()
     assert "redarg" in results, "the spy did not report"  # it saw the grader's processes
     assert str(seed)[::-1] not in results, "a command line holds the seed"
+
+
+def _readme_commands(text: str) -> list[str]:
+    """The commands of the README's bash blocks, comments dropped."""
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    return [line.split("#")[0].strip() for block in blocks for line in block.splitlines()
+            if line.split("#")[0].strip()]
+
+
+def test_template_readme_is_for_students_and_its_commands_work(tmp_path):
+    dest = classroom.build_template(REPO, tmp_path / "template")
+    readme = (dest / "README.md").read_text()
+    assert readme != (REPO / "README.md").read_text()
+    assert "solutions/" not in readme and "build_book" not in readme and "pytest" not in readme
+    # Every path it names is in the template.
+    for path in re.findall(r"`([\w.-]*(?:/[\w.-]*)+|[\w-]+\.(?:txt|ipynb|md|yml|toml))`", readme):
+        assert (dest / path).exists(), path
+    commands = _readme_commands(readme)
+    assert any(c.startswith("pip install") and "download.pytorch.org/whl/cpu" in c for c in commands)
+    assert "jupyter lab exercises/" in commands and "git push" in commands
+    # What can run offline here: importing check, and grading the stubs (total 0, exit 0).
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SEED")}
+    code = "from grader import check; import grader; print(grader.__file__)"
+    p = subprocess.run([sys.executable, "-c", code], cwd=dest, capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0 and str(dest) in p.stdout, p.stderr
+    graded = [c for c in commands if c.startswith("python -m grader ")]
+    assert "python -m grader exercises/" in graded
+    for command in graded:
+        out = tmp_path / "r.json"
+        p = subprocess.run([sys.executable, *command.split()[1:], "--json", str(out)], cwd=dest,
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(out.read_text())["score"] == 0 and "next: exercise 1.1 causal_mask" in p.stdout
+    # exercises/README.md speaks to students too: no maintainer's note.
+    students = (dest / "exercises" / "README.md").read_text()
+    assert "don't edit" not in students and "grader.release" not in students
+    for path in re.findall(r"`(ex\d+_\w+\.ipynb)`", students):
+        assert (dest / "exercises" / path).is_file(), path
