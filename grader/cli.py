@@ -21,9 +21,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from . import seed as seed_mod
+from .seed import SEED_ENV
+
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
-SEED_ENV = "GRADER_SEED"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,6 +76,8 @@ def build_parser() -> _Parser:
     p.add_argument("--memory", type=int, default=2048, metavar="MIB",
                    help="memory the submission may use beyond torch's own (default 2048)")
     p.add_argument("--quiet", action="store_true", help="no terminal report (files only)")
+    p.add_argument("--verbose", action="store_true",
+                   help="list every check in the terminal report (default: one diagnosis per exercise)")
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
                    help="keep PATH out of student code's sight too (repeatable; the course, the "
                         "submission, temporary and home folders and the report files' folders always are)")
@@ -81,17 +85,10 @@ def build_parser() -> _Parser:
 
 
 def _seed(args) -> int:
+    """--seed, else $GRADER_SEED, else the fixed default (students' local runs)."""
     from .engine import DEFAULT_SEED
 
-    if args.seed is not None:
-        return args.seed
-    env = os.environ.get(SEED_ENV, "").strip()
-    if env:
-        try:
-            return int(env)
-        except ValueError:
-            raise ValueError(f"${SEED_ENV} must be an integer; got {env!r}") from None
-    return DEFAULT_SEED
+    return seed_mod.resolve(args.seed, fallback=(DEFAULT_SEED, "the default"))[0]
 
 
 def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | None = None) -> int:
@@ -104,7 +101,7 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     parser._argv = argv
     args = parser.parse_args(argv)
 
-    from . import engine, report
+    from . import engine, report, scope
 
     try:
         seed = _seed(args)
@@ -114,11 +111,16 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     except ValueError as e:
         return _usage(args, parser, str(e))
 
+    problem = scope.usage_problem(args.submission)
+    if problem:
+        return _usage(args, parser, problem, show_usage=False)
+    within, course_max = _scope(args, registry)
+
     os.umask(0o077)  # every file we write (results, logs) is ours alone: it may hold the seed
     reports = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.junit, args.markdown) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
-        result = engine.grade(args.submission, seed=seed, exercises=args.exercise,
+        result = engine.grade(args.submission, seed=seed, exercises=args.exercise or within.names,
                               public_only=args.public_only, timeout=timeout, memory_mb=args.memory,
                               registry=registry, progress=progress, hide=[*args.hide, *reports])
     except ValueError as e:  # unknown exercise names
@@ -131,19 +133,34 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         if path:
             write(result, path)
     if not args.quiet:
-        report.print_terminal(result)
+        report.print_terminal(result, verbose=args.verbose, scope=within.label, course_max=course_max)
     if result.usage_error or result.internal_error:
         print(f"python -m grader: error: {result.error}", file=sys.stderr)
         return USAGE_ERROR if result.usage_error else INTERNAL_ERROR
     return 0
 
 
-def _usage(args, parser: argparse.ArgumentParser, message: str) -> int:
+def _scope(args, registry: Mapping[str, Any] | None):
+    """What a single notebook or .py file is graded on (a chapter, not all), and the course's points."""
+    from . import engine, scope
+
+    if args.exercise or not os.path.isfile(args.submission):
+        return scope.Scope(None), None
+    try:
+        course = engine.load_registry() if registry is None else registry
+    except Exception:  # noqa: BLE001 -- grade() loads it again and reports the grader's error
+        return scope.Scope(None), None
+    return scope.scope_of(args.submission, course), sum(float(ex.points) for ex in course.values())
+
+
+def _usage(args, parser: argparse.ArgumentParser, message: str, *, show_usage: bool = True) -> int:
+    """Exit status 2 after one line on stderr (with the usage line before it when ``show_usage``)."""
     if args.json:
         from .report import failure_json
 
         failure_json(f"Not graded, the grader was called wrongly: {message}", args.json)
-    parser.print_usage(sys.stderr)
+    if show_usage:
+        parser.print_usage(sys.stderr)
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     return USAGE_ERROR
 

@@ -17,6 +17,7 @@ from .results import (
     GRADER_ERROR,
     NOT_FOUND,
     NOT_IMPLEMENTED,
+    NOT_IMPLEMENTED_MESSAGE,
     PARTIAL,
     PASSED,
     SKIPPED,
@@ -46,8 +47,14 @@ def seed_line(r: Report) -> str:
 
 
 def reproduce(r: Report) -> str:
+    """The command that reproduces this grading (for staff: it holds the seed)."""
     flags = " --public-only" if r.public_only else ""
-    return f"python -m grader {r.submission} --seed {r.seed}{flags}"
+    return f"GRADER_SEED={r.seed} python -m grader {r.submission}{flags}"
+
+
+def check_yourself(r: Report) -> str:
+    """What a student can run to check their work again (without the instructor's seed)."""
+    return f"python -m grader {os.path.basename(os.path.normpath(r.submission)) or r.submission}"
 
 
 def summary_line(e: ExerciseResult) -> str:
@@ -95,10 +102,14 @@ def header_text(r: Report) -> str:
     if r.error:
         lines.append(f"Not graded: {r.error}")
     if not r.public_only:
-        lines.append("Hidden checks use the seed above; reproduce with: " + reproduce(r))
+        lines.append("Hidden checks draw new cases from your instructor's seed. Check your work with the "
+                     f"public checks (check(fn) in the notebook) or the whole grader: {check_yourself(r)}")
     lines.extend(f"note: {n}" for n in r.notes)
-    if r.output:
+    if r.output and r.public_only:
         lines += ["", "What your code printed (truncated):", r.output]
+    elif r.output:  # it may have printed a hidden case's inputs
+        lines += ["", f"Your code printed {len(r.output)} characters; they are not shown here, since hidden "
+                      "cases were run. Print in your notebook, or run the grader yourself, to see them."]
     return "\n".join(lines)
 
 
@@ -255,33 +266,61 @@ def write_markdown(r: Report, path: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------- terminal
 
 
-def print_terminal(r: Report, console=None) -> None:
-    """A rich table (exercise, score, status, first failing property), then feedback on failures."""
+def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str = "",
+                   course_max: float | None = None) -> None:
+    """A rich table (exercise, score, status, first failing property), then feedback on failures.
+
+    By default short (:mod:`grader.terminal`): one row per exercise, one diagnosis per failing
+    exercise, and the notebook to open next; ``verbose`` lists every check. ``scope`` names what
+    was graded when it is not the whole course ("chapter 1"), and ``course_max`` is then the
+    course's total, for a course total labelled so.
+    """
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from . import terminal
+
     console = console or Console()
-    table = Table(title=Text(f"Grader: {r.submission}"), caption=Text(seed_line(r)), show_lines=False)
-    table.add_column("exercise", no_wrap=True)
-    table.add_column("score", justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("first failing property", overflow="fold")
-    for e in r.exercises:
-        style = _STYLE.get(e.status, "red")
-        table.add_row(Text(e.name), Text(f"{fmt_points(e.score)} / {fmt_points(e.max_score)}"),
-                      Text(e.status, style=style), Text("" if e.status == PASSED else e.message))
-    table.add_section()
-    table.add_row(Text("total", style="bold"), Text(f"{fmt_points(r.score)} / {fmt_points(r.max_score)}",
-                                                     style="bold"), Text(""), Text(""))
-    console.print(table)
+    total = "total" + (f" ({scope})" if scope else "")
+    rows = [(f"{terminal.number(e)} {e.name}", f"{fmt_points(e.score)} / {fmt_points(e.max_score)}",
+             e.status, "" if e.status == PASSED or e.message == NOT_IMPLEMENTED_MESSAGE else e.message)
+            for e in r.exercises]
+    rows.append((total, f"{fmt_points(r.score)} / {fmt_points(r.max_score)}", "", ""))
+    if verbose:
+        table = Table(title=Text(f"Grader: {r.submission}"), caption=Text(seed_line(r)))
+        for i, header in enumerate(("exercise", "score", "status")):
+            table.add_column(header, justify="right" if i == 1 else "left", no_wrap=True)
+        table.add_column("first failing property", overflow="fold")
+        for i, (name, points, status, message) in enumerate(rows):
+            if i == len(rows) - 1:
+                table.add_section()
+                table.add_row(Text(name, style="bold"), Text(points, style="bold"), Text(""), Text(""))
+            else:
+                table.add_row(Text(name), Text(points), Text(status, style=_STYLE.get(status, "red")),
+                              Text(message))
+        console.print(table)
+    else:  # one line per row, whatever the width: the diagnosis below says it in full
+        console.print(Text(f"Grader: {r.submission} · {seed_line(r)}", style="bold"), highlight=False)
+        lines = terminal.table_lines(rows, console.width)
+        for k, cells in enumerate(lines):
+            plain = k in (0, len(lines) - 1)  # the header and the total
+            console.print(Text.assemble(*((cell, "bold" if plain else _STYLE.get(cell.strip(), "") if j == 2
+                                           else "") for j, cell in enumerate(cells))), highlight=False)
+    if scope and course_max:
+        console.print(Text(f"course total: {fmt_points(r.score)} / {fmt_points(course_max)} "
+                           f"(only {scope} graded here)"), highlight=False)
     if r.error:
         console.print(Text(f"Not graded: {r.error}", style="bold red"))
     for e in r.exercises:
         if (e.status == PASSED or e.status in _NOTHING_RAN) and not e.notes:
             continue  # the table said it all
-        console.print(Text(f"\n{e.name}", style="bold " + _STYLE.get(e.status, "red")))
-        console.print(Text(exercise_text(e, checks=e.status != PASSED)), highlight=False)
+        console.print(Text(f"\n{terminal.number(e)} {e.name}", style="bold " + _STYLE.get(e.status, "red")))
+        if verbose:
+            console.print(Text(exercise_text(e, checks=e.status != PASSED)), highlight=False)
+            continue
+        lines = terminal.diagnosis(e) if e.status in terminal.DIAGNOSED else []
+        console.print(Text("\n".join(lines + [f"note: {n}" for n in e.notes])), highlight=False)
     skipped: dict[str, int] = {}
     for e in r.exercises:
         for c in e.skipped_checks:
@@ -294,11 +333,16 @@ def print_terminal(r: Report, console=None) -> None:
             console.print(Text(f"- {n}"), highlight=False)
     if r.output:
         console.print(Text("\nwhat your code printed (truncated)", style="bold"))
-        console.print(Text(r.output), highlight=False)
+        output = r.output.splitlines()
+        shown = output if verbose else output[-terminal.DETAIL_LINES:]
+        if len(shown) < len(output):
+            shown = [f"... ({len(output) - len(shown)} earlier lines with --verbose)"] + shown
+        console.print(Text("\n".join(shown)), highlight=False)
     if not r.public_only and r.isolation and not (r.isolation.get("seed_protected")
                                                   and r.isolation.get("references_protected")):
         console.print(Text(f"\nwarning: not protected from student code: {unprotected(r)}. "
                            f"{r.isolation.get('why', '')}", style="yellow"), highlight=False)
     tail = "public checks only: the full grader runs hidden cases too" if r.public_only else (
         f"hidden cases drawn with seed {r.seed}; reproduce with: {reproduce(r)}")
-    console.print(Text(f"\n{tail}", style="dim"), highlight=False)
+    console.print(Text(f"\n{tail}" if verbose else tail, style="dim"), highlight=False)
+    console.print(Text(terminal.next_step(r), style="bold"), highlight=False)

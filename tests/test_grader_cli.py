@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from grader import engine
 
@@ -92,3 +96,93 @@ def test_broken_grader_exits_1_with_results_file(tmp_path, monkeypatch):
     assert code == cli.INTERNAL_ERROR
     data = json.loads((tmp_path / "r.json").read_text())
     assert "internal grader error" in data["output"] and "SyntaxError" in data["output"]
+
+
+# --------------------------------------------------------------------------- what one file is graded on
+
+
+def _points(chapter: int | None = None) -> float:
+    return sum(ex.points for ex in engine.load_registry().values() if chapter in (None, ex.chapter))
+
+
+def test_a_chapter_notebook_is_graded_on_its_chapter(tmp_path):
+    p = run(str(ROOT / "solutions" / "ex01_leakage.ipynb"), "--json", str(tmp_path / "r.json"))
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["score"] == data["max_score"] == _points(1)
+    assert sorted(t["name"].split()[0] for t in data["tests"]) == ["causal_mask", "influence_matrix"]
+    assert "not found" not in p.stdout
+    assert "total (chapter 1)" in p.stdout
+    assert f"course total: {_points(1):g} / {_points():g} (only chapter 1 graded here)" in p.stdout
+
+
+def test_a_py_file_is_graded_on_the_functions_it_defines(tmp_path):
+    mine = tmp_path / "mine.py"
+    mine.write_text("import torch\n\n\ndef causal_mask(n, *, device=None):\n"
+                    "    i = torch.arange(n, device=device)\n    return i[None, :] <= i[:, None]\n\n\n"
+                    "def padding_mask(lengths, max_len):\n    raise NotImplementedError\n")
+    p = run(str(mine), "--json", str(tmp_path / "r.json"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [t["name"].split()[0] for t in data["tests"]] == ["causal_mask", "padding_mask"]
+    assert "total (mine.py)" in p.stdout
+    assert p.stdout.rstrip().endswith("next: exercise 3.1 padding_mask in mine.py")
+    # --exercise still narrows; a file that defines none of the exercises is graded on all (not found)
+    p = run(str(mine), "--exercise", "causal_mask", "--json", str(tmp_path / "r.json"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [t["name"].split()[0] for t in data["tests"]] == ["causal_mask"]
+    other = tmp_path / "other.py"
+    other.write_text("def helper():\n    return 1\n")
+    p = run(str(other), "--json", str(tmp_path / "r.json"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert len(data["tests"]) == len(engine.load_registry()) and "not found" in p.stdout
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty folder", "text file"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, kind):
+    path = {"missing": tmp_path / "no" / "such" / "path", "empty folder": tmp_path / "empty",
+            "text file": tmp_path / "notes.txt"}[kind]
+    if kind == "empty folder":
+        path.mkdir()
+    elif kind == "text file":
+        path.write_text("def causal_mask(n): ...\n")
+    p = run(str(path), "--json", str(tmp_path / "r.json"))
+    assert p.returncode == 2 and p.stdout == ""
+    assert len(p.stderr.strip().splitlines()) == 1 and str(path) in p.stderr, p.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["score"] == 0 and data["tests"] == [] and "called wrongly" in data["output"]
+
+
+# --------------------------------------------------------------------------- the short report
+
+
+def _partly_finished(folder: Path) -> Path:
+    """The student's exercises/: chapters 1 and 2 done, padding_mask off by one, the rest not started."""
+    shutil.copytree(ROOT / "exercises", folder)
+    for name in ("ex01_leakage.ipynb", "ex02_softmax.ipynb"):
+        shutil.copy2(ROOT / "solutions" / name, folder / name)
+    nb = json.loads((folder / "ex03_padding.ipynb").read_text())
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and 'NotImplementedError("padding_mask' in source:
+            cell["source"] = re.sub(r'raise NotImplementedError\("padding_mask.*',
+                                    "return torch.arange(max_len, device=lengths.device)[None, :] "
+                                    "<= lengths[:, None]", source)
+    (folder / "ex03_padding.ipynb").write_text(json.dumps(nb))
+    return folder
+
+
+def test_a_partly_finished_folder_fits_on_one_screen(tmp_path):
+    folder = _partly_finished(tmp_path / "exercises")
+    p = run(str(folder))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.rstrip().splitlines()
+    assert len(lines) <= 40, p.stdout
+    assert lines[-1] == "next: exercise 3.1 padding_mask in ex03_padding.ipynb"
+    for name in engine.load_registry():
+        assert sum(name in line for line in lines[:25]) >= 1, name  # one row each
+    # The off-by-one is said once, with its grid and how many failing checks it explains.
+    assert p.stdout.count("the padding is off by one") == 1
+    assert "the same diagnosis explains all" in p.stdout and "expected   got" in p.stdout
+    verbose = run(str(folder), "--verbose")
+    assert verbose.stdout.count("the padding is off by one") > 1
+    assert len(verbose.stdout.splitlines()) > len(lines)

@@ -52,8 +52,6 @@ def _cli_json(tmp_path: Path, path: Path | str, *extra: str) -> tuple[int, dict]
     ("empty.ipynb", "empty.ipynb is empty"),
     ("truncated.ipynb", "truncated.ipynb is not a readable notebook: invalid JSON"),
     ("binary.ipynb", "binary.ipynb could not be read: it is a binary file"),
-    ("report.txt", "report.txt is neither a notebook (.ipynb) nor a Python file (.py)"),
-    ("no_notebooks", "holds no notebooks (.ipynb) or .py files"),
 ])
 def test_unreadable_input_gets_a_message_and_a_results_file(tmp_path, name, message):
     code, results = _cli_json(tmp_path, BAD / name)
@@ -62,6 +60,16 @@ def test_unreadable_input_gets_a_message_and_a_results_file(tmp_path, name, mess
     assert message in results["output"]
     assert all(message in t["output"] for t in results["tests"])
     assert len(results["tests"]) == len(engine.load_registry())
+
+
+@pytest.mark.parametrize("name, message", [
+    ("report.txt", "report.txt is not a notebook (.ipynb) or a .py file"),
+    ("no_notebooks", "holds no notebooks (.ipynb) or .py files"),
+])
+def test_what_is_no_submission_at_all_is_a_usage_error(tmp_path, name, message):
+    code, results = _cli_json(tmp_path, BAD / name)
+    assert code == cli.USAGE_ERROR  # the caller's mistake, not a grade of zero
+    assert results["score"] == 0 and results["tests"] == [] and message in results["output"]
 
 
 def test_notebook_without_exercises(tmp_path):

@@ -216,3 +216,36 @@ def test_markdown_appends_to_the_step_summary_only(tmp_path, monkeypatch):
     other.write_text("old\n")
     report.write_markdown(_report(), other)
     assert other.read_text().startswith("## Grader: 5 / 15")
+
+
+def test_short_terminal_report_says_a_diagnosis_once_and_what_is_next(capsys):
+    same = "mask: the diagonal is missing"
+    checks = [CheckResult(f"case {i}", public=i == 0, weight=1.0, passed=False, message=same,
+                          detail="expected   got\n■ ·        · ·") for i in range(3)]
+    checks += [CheckResult("dtype", public=False, weight=1.0, passed=False, kind="property",
+                           message="returns torch.int64, not torch.bool"),
+               CheckResult("shape", public=True, weight=1.0, passed=True)]
+    a = ExerciseResult("causal_mask", 1, 5.0, checks=checks)
+    b = ExerciseResult("padding_mask", 3, 5.0, checks=[_check("shape", True)])
+    for e in (a, b):
+        e.finish()
+    r = Report("exercises/", seed=3, exercises=[a, b])
+    from rich.console import Console
+
+    report.print_terminal(r, Console(width=160))
+    out = capsys.readouterr().out
+    assert out.count("expected   got") == 1 and out.count("returns torch.int64") == 0
+    assert "the same diagnosis explains 3 of the 4 failing checks; --verbose lists the 1 other" in out
+    assert out.rstrip().splitlines()[-1] == "next: exercise 1.1 causal_mask in ex01_leakage.ipynb"
+    report.print_terminal(r, Console(width=160), verbose=True)
+    out = capsys.readouterr().out
+    assert out.count("expected   got") == 3 and "returns torch.int64" in out
+
+
+def test_next_step_when_everything_passes():
+    from grader import terminal
+
+    e = ExerciseResult("padding_mask", 3, 5.0, checks=[_check("shape", True)])
+    e.finish()
+    assert terminal.next_step(Report("x.py", seed=0, exercises=[e])).startswith("next: nothing to fix")
+    assert terminal.number(e) == "3.1" and terminal.notebook_of(9, "nowhere/") == "ex09_real_models.ipynb"
