@@ -116,7 +116,6 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         return _usage(args, parser, problem, show_usage=False)
     within, course_max = _scope(args, registry)
 
-    os.umask(0o077)  # every file we write (results, logs) is ours alone: it may hold the seed
     reports = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.junit, args.markdown) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
@@ -128,10 +127,14 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         return _usage(args, parser, str(e))
     stop()
 
-    for path, write in ((args.json, report.write_json), (args.junit, report.write_junit),
-                        (args.markdown, report.write_markdown)):
-        if path:
-            write(result, path)
+    umask = os.umask(0o077)  # the report files are ours alone: they hold the seed
+    try:
+        for path, write in ((args.json, report.write_json), (args.junit, report.write_junit),
+                            (args.markdown, report.write_markdown)):
+            if path:
+                write(result, path)
+    finally:
+        os.umask(umask)
     if not args.quiet:
         report.print_terminal(result, verbose=args.verbose, scope=within.label, course_max=course_max)
     if result.usage_error or result.internal_error:

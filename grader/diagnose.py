@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .cases import DTYPE_NAMES
+from .results import masked
 from .spec import FnSpec, NotATensor, Verdict, plain
 
 ALLOWED, BLOCKED, WRONG, RIGHT = "■", "·", "✗", " "
@@ -205,11 +206,9 @@ EXCERPT_CHARS = 60
 def excerpt(said: str) -> str:
     """What a student's exception said, as feedback on a hidden check may show it: at most
     :data:`EXCERPT_CHARS` characters, digits masked, so that no hidden input rides out on it."""
-    short = re.sub(r"[0-9]", "#", said[:EXCERPT_CHARS])
-    if short == said:
-        return said
-    return (short + ("…" if len(said) > EXCERPT_CHARS else "")
-            + " [a hidden case: your code's message is cut, its digits masked]")
+    short = masked(said, EXCERPT_CHARS)
+    note = " [a hidden case: your code's message is cut, its digits masked]"
+    return said if short == said else short + note
 
 
 def explain_error(error: str) -> str:

@@ -24,6 +24,7 @@ from .results import (
     TIMED_OUT,
     ExerciseResult,
     Report,
+    masked,
 )
 
 MARK = {"passed": "✓", "failed": "✗", "skipped": "–"}
@@ -97,6 +98,10 @@ def exercise_text(e: ExerciseResult, *, checks: bool = True) -> str:
     return "\n".join(lines)
 
 
+#: How much of what student code printed the student-facing report shows after hidden cases.
+PRINTED_CHARS = 1000
+
+
 def header_text(r: Report) -> str:
     lines = [f"Score {fmt_points(r.score)} / {fmt_points(r.max_score)} · {seed_line(r)}"]
     if r.error:
@@ -108,8 +113,9 @@ def header_text(r: Report) -> str:
     if r.output and r.public_only:
         lines += ["", "What your code printed (truncated):", r.output]
     elif r.output:  # it may have printed a hidden case's inputs
-        lines += ["", f"Your code printed {len(r.output)} characters; they are not shown here, since hidden "
-                      "cases were run. Print in your notebook, or run the grader yourself, to see them."]
+        lines += ["", f"What your code printed, its first {PRINTED_CHARS} characters with digits masked "
+                      "(hidden cases were run; print in your notebook to see it all):",
+                  masked(r.output, PRINTED_CHARS)]
     return "\n".join(lines)
 
 

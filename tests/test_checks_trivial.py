@@ -58,4 +58,4 @@ def test_constants_graded_end_to_end_score_zero(tmp_path):
 
     results = json.loads(out.read_text())
     assert results["score"] == 0, (results["score"], p.stderr)
-    assert results["max_score"] == 100
+    assert results["max_score"] > 0 and len(results["tests"]) >= 13  # every exercise it defines

@@ -511,18 +511,21 @@ def test_the_seed_is_not_on_any_command_line_student_code_can_read(tmp_path, pre
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "spy.py").write_text(
-        "import os\n\n\ndef causal_mask(n, *, device=None):\n"
+        "import os\n\nimport torch\n\n\ndef causal_mask(n, *, device=None):\n"
         "    seen, pid = [], os.getpid()\n"
         "    while pid > 1:\n"
         "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace')\n"
         "        seen += [cmd] if 'grader' in cmd else []\n"
         "        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
-        "    raise ValueError(' | '.join(seen).replace('\\0', ' ').replace('\\n', ' ')[::-1])\n")
+        "    print('SPY', ' | '.join(seen).replace('\\0', ' ').replace('\\n', ' ')[::-1])\n"
+        "    return torch.ones(n, n, dtype=torch.bool, device=device).tril()\n")
     rows = grade_class(subs, tmp_path / "out", jobs=1, seed=seed, progress=False, preload=preload,
                        extra=["--exercise", "causal_mask"])
-    results = (tmp_path / "out" / rows[0].slug / "results.json").read_text()
-    assert "redarg" in results, "the spy did not report"  # it saw the grader's processes
-    assert str(seed)[::-1] not in results, "a command line holds the seed"
+    # What it printed, in full: the grading's own log (results.json masks digits after hidden cases)
+    log = "".join(line.strip() for line in (tmp_path / "out" / rows[0].slug / "grader.log").read_text()
+                  .splitlines())  # a wrapped line must not split the seed
+    assert "redarg" in log, "the spy did not report"  # it saw the grader's processes
+    assert str(seed)[::-1] not in log, "a command line holds the seed"
 
 
 def _readme_commands(text: str) -> list[str]:

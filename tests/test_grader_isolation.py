@@ -7,6 +7,7 @@ differently) serves most tests; a few small runs cover loading problems.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pickle
@@ -46,7 +47,9 @@ def hostile(tmp_path_factory):
 def test_grading_completes_with_every_exercise_reported(hostile):
     code, results, tests = hostile
     assert code == 0
-    assert list(tests) == list(engine.load_registry())
+    defined = {n.name for n in ast.parse((SUBMISSIONS / "hostile.py").read_text()).body
+               if isinstance(n, ast.FunctionDef)}
+    assert list(tests) == [name for name in engine.load_registry() if name in defined]  # what it hands in
     assert results["extra_data"]["seed"] == 4242  # the seed came from $GRADER_SEED, in the parent
 
 
