@@ -71,8 +71,9 @@ MISTAKES: dict[str, str] = {
     "queries_padded": "the padding masks query rows instead of key columns: a padded key must be hidden "
                       "from every query, so the padding part must broadcast as (B, 1, 1, L), not "
                       "(B, 1, L, 1). Padded query rows themselves stay unmasked.",
-    "rows_padded_too": "padded query rows are masked as well: the contract masks only padded keys "
-                       "(a padded query row still sees the real keys before it).",
+    "rows_padded_too": "padded query rows are masked: the contract masks only padded keys, broadcast as "
+                       "(B, 1, 1, L), and a padded query row still sees the real keys before it (masking "
+                       "the rows, with or without the keys, gives this same wrong mask).",
     "no_padding": "padding is ignored: key j of sequence b must be hidden when j >= lengths[b].",
     "padding_off_by_one": "the padding is off by one: positions j < lengths[b] are real "
                           "(not j <= lengths[b]).",
@@ -288,15 +289,20 @@ def mask_values(t: torch.Tensor, name: str) -> tuple[torch.Tensor | None, str | 
 
 # --------------------------------------------------------------------------- masks
 
-def grids(want: torch.Tensor, got: torch.Tensor, label: str = "", limit: tuple[int, int] = (16, 24)) -> str:
-    """Expected and actual (Lq, Lk) masks side by side, wrong cells marked."""
+QUERY_KEY_AXES = "rows = queries i, columns = keys j"
+
+
+def grids(want: torch.Tensor, got: torch.Tensor, label: str = "", limit: tuple[int, int] = (16, 24),
+          axes: str = QUERY_KEY_AXES) -> str:
+    """Expected and actual 2-D masks side by side, wrong cells marked; ``axes`` says what
+    rows and columns are ((Lq, Lk) masks by default)."""
     want, got = want[: limit[0], : limit[1]], got[: limit[0], : limit[1]]
     Lq, Lk = want.shape
     row = lambda m, i: " ".join(ALLOWED if bool(m[i, j]) else BLOCKED for j in range(Lk))  # noqa: E731
     diff = lambda i: " ".join(WRONG if bool(want[i, j] != got[i, j]) else "." for j in range(Lk))  # noqa: E731
     w = max(2 * Lk - 1, 8)
     head = f"{'expected':<{w}}   {'got':<{w}}   wrong cells"
-    lines = [f"{label}rows = queries i, columns = keys j; {ALLOWED} may attend, {BLOCKED} blocked, "
+    lines = [f"{label}{axes}; {ALLOWED} may attend, {BLOCKED} blocked, "
              f"{WRONG} wrong", head]
     lines += [f"{row(want, i):<{w}}   {row(got, i):<{w}}   {diff(i)}" for i in range(Lq)]
     return "\n".join(lines)
@@ -316,8 +322,9 @@ def first_wrong_slice(want: torch.Tensor, got: torch.Tensor) -> tuple[tuple[int,
     return idx, label
 
 
-def mask_detail(want: torch.Tensor, got: torch.Tensor, inputs: str) -> str:
-    """The smallest failing slice of a mask, as grids, with the inputs named."""
+def mask_detail(want: torch.Tensor, got: torch.Tensor, inputs: str, letters: str = "") -> str:
+    """The smallest failing slice of a mask, as grids, with the inputs named. ``letters``
+    (the contract's shape, e.g. "(B, L)") says what a 2-D mask's rows are."""
     n_wrong = int((want != got).sum())
     if want.dim() == 1:
         want, got = want[None], got[None]
@@ -325,7 +332,9 @@ def mask_detail(want: torch.Tensor, got: torch.Tensor, inputs: str) -> str:
         idx, label = first_wrong_slice(want, got)
         want, got = want[idx], got[idx]
         return f"{n_wrong} wrong cell(s); inputs: {inputs}\n" + grids(want, got, label)
-    return f"{n_wrong} wrong cell(s); inputs: {inputs}\n" + grids(want, got)
+    axes = ("rows = sequences b, columns = positions j" if letters.replace(" ", "").startswith("(B,")
+            else QUERY_KEY_AXES)
+    return f"{n_wrong} wrong cell(s); inputs: {inputs}\n" + grids(want, got, axes=axes)
 
 
 def same_mask(got: torch.Tensor, candidate: torch.Tensor) -> bool:

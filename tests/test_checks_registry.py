@@ -167,3 +167,41 @@ def test_attention_exercises_have_large_blocked_score_cases(name):
 def test_gradients_are_checked_through_fully_masked_rows(name):
     checks = EXERCISES[name].make_checks(3, hidden=True)
     assert any(c.want_grads and any(_has_empty_row(call) for call in c.calls) for c in checks), name
+
+
+# --------------------------------------------------------------------------- public checks state every rule
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_every_rule_is_met_in_the_public_checks(name):
+    """Dtype, device, inputs unchanged, invariances: every property is checked publicly, so
+    the notebook's check() meets each stated rule; hidden checks only draw new values."""
+    public = EXERCISES[name].make_checks(3, hidden=False)
+    everything = EXERCISES[name].make_checks(3, hidden=True)
+    assert any(c.kind == "property" for c in public), name
+    assert all(c.public for c in everything if c.kind == "property"), name
+    assert [c.name for c in everything if c.public] == [c.name for c in public]
+
+
+def test_a_float_mask_fails_the_public_checks():
+    def causal_mask(n, *, device=None):
+        return torch.ones(n, n, device=device).tril()  # float, not bool
+
+    failed = failures(grade(causal_mask, EXERCISES["causal_mask"].make_checks(0, hidden=False)))
+    assert any("expected bool" in m for m in failed.values()), failed
+
+
+def test_a_decoder_mask_that_pads_rows_is_not_told_it_pads_instead_of_keys():
+    from buggy.mistakes import decoder_pads_rows_too
+
+    failed = failures(grade(decoder_pads_rows_too, EXERCISES["decoder_mask"].make_checks(7, hidden=True)))
+    text = " ".join(failed.values())
+    assert "padded query rows are masked" in text and "instead of key columns" not in text
+
+
+def test_a_padding_mask_grid_names_its_rows_as_sequences():
+    def padding_mask(lengths, max_len):
+        return torch.arange(max_len, device=lengths.device)[None, :] <= lengths[:, None]
+
+    failed = failures(grade(padding_mask, EXERCISES["padding_mask"].make_checks(0, hidden=False)))
+    text = " ".join(failed.values())
+    assert "rows = sequences b, columns = positions j" in text and "rows = queries" not in text

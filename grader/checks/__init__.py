@@ -7,7 +7,11 @@ hidden checks drawn from ``seed``. Points are declared once, in :data:`POINTS`.
 
 from __future__ import annotations
 
-from ..spec import Exercise
+from collections.abc import Callable
+from dataclasses import replace
+
+from .. import cases
+from ..spec import Check, Exercise
 from . import (
     ch1_leakage,
     ch2_softmax,
@@ -61,11 +65,30 @@ _MAKERS = [
     (9, ch9_real.alibi_bias_checks),
 ]
 
+def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Check]]:
+    """``make`` with every property check (dtype, device, inputs unchanged, invariances)
+    drawn from the public seed and run among the public checks: a rule the contract
+    states is met in the notebook's ``check``, not first in hidden grading. Hidden
+    checks then only draw new cases for the values; they add no rule."""
+
+    def make_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+        checks = make(seed, hidden)
+        rules = [replace(c, public=True) for c in make(cases.PUBLIC_SEED, True)
+                 if c.kind == "property" and c.requires is None]
+        public = [c for c in checks if c.public]
+        rest = [c for c in checks if not c.public and c.kind != "property"]
+        return public + rules + rest
+
+    make_checks.__name__ = make.__name__
+    make_checks.__doc__ = make.__doc__
+    return make_checks
+
+
 #: The graded exercises, in chapter order, by function name.
 EXERCISES: dict[str, Exercise] = {}
 for _chapter, _make in _MAKERS:
     _name = _make.__name__.removesuffix("_checks")
-    EXERCISES[_name] = Exercise(_name, _chapter, _make, POINTS[_name])
+    EXERCISES[_name] = Exercise(_name, _chapter, with_public_rules(_make), POINTS[_name])
 
 _SUMMARIES = {
     "causal_mask": "causal_mask(n, *, device=None): bool (n, n), True where key j <= query i.",

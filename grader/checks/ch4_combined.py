@@ -29,8 +29,8 @@ def decoder_mistakes(lengths: torch.Tensor, L: int) -> list[dg.Candidate]:
     full = lambda m: m.expand(B, 1, L, L)  # noqa: E731
     return [
         (M["inverted"], lambda: ~am.decoder_mask(lengths, L)),
-        # causal & rows == causal & rows & keys: one message covers both
-        (M["queries_padded"], lambda: full(causal & rows)),
+        # causal & rows == causal & rows & keys: the message says so, and fits both
+        (M["rows_padded_too"], lambda: full(causal & rows)),
         (M["no_padding"], lambda: full(causal[None, None])),
         (M["no_causal"], lambda: full(keys)),
         (M["diagonal_excluded"], lambda: full(causal & ~eye & keys)),

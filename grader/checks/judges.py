@@ -125,7 +125,7 @@ def compare(out: Out, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype,
     if out.kind == "mask":
         if torch.equal(got, want):
             return None
-        return f"{out.name} has wrong cells", dg.mask_detail(want, got, inputs)
+        return f"{out.name} has wrong cells", dg.mask_detail(want, got, inputs, out.letters)
     if out.kind == "additive":
         return additive_problem(out.name, got, want, kwargs)
     bad = dg.bad_entries(got, want, dtype)
