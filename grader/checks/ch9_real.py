@@ -66,25 +66,6 @@ MISTAKES9: dict[str, str] = {
 X = MISTAKES9
 
 
-def int_dtypes(recipe: J.Recipe, name: str, calls: list[Call]) -> Check:
-    """Every output is torch.long (int64): a property, it earns no points alone."""
-
-    def judge(calls, outcomes):
-        for call, outcome in zip(calls, outcomes):
-            if outcome.error is not None:
-                return dg.fail(dg.explain_error(outcome.error), f"inputs: {J.inputs_of(recipe, call)}")
-            got, msg = dg.unpack(outcome.output, recipe.out_names)
-            if msg:
-                return dg.fail(msg)
-            for out, g in zip(recipe.outs, got):
-                if g.dtype != torch.long:
-                    return dg.fail(f"{out.name} is {dg.dtype_str(g.dtype)}; expected int64 (torch.long): "
-                                   "cumsum of a long tensor, or dtype=torch.long where you create it")
-        return dg.PASS
-
-    return Check(name, calls, dg.judged(judge), kind="property")
-
-
 # --------------------------------------------------------------------------- left_padding_position_ids
 
 def diagnose_positions(args, kwargs, got, index, dtype) -> str | None:
@@ -138,7 +119,7 @@ def left_padding_position_ids_checks(seed: int = 0, hidden: bool = True) -> list
         J.values(R, "any pattern: padding anywhere", [Call((anywhere,))]),
         J.values(R, "a row of padding only; one token", [Call((edge,)), Call((rows([1]),)),
                                                          Call((left_padded(gen, 2, 5),))]),
-        int_dtypes(R, "returns int64", [Call((keep,))]),
+        J.dtypes(R, "returns int64", [Call((keep,))]),
         J.on_device(R, "on keep's device, vectorised (meta)", [Call((keep,), device="meta")]),
         J.unchanged(R, "does not modify keep", [Call((keep,))]),
         J.on_cuda(R, "matches on CUDA", [Call((anywhere,))]),
@@ -215,7 +196,7 @@ def packed_labels_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "one document per row; one-token documents; L = 1",
                  [Call((tok(2, 5), torch.tensor([[2] * 5, [7] * 5]))), Call((tok(2, 4), singles)),
                   Call((tok(1, 1), torch.tensor([[0]])))]),
-        int_dtypes(R, "returns int64", [Call((tok(), ids))]),
+        J.dtypes(R, "returns int64", [Call((tok(), ids))]),
         J.on_device(R, "on tokens' device, vectorised (meta)",
                     [Call((tok(), ids), device="meta"), Call((tok(), ids, -1), device="meta")]),
         J.unchanged(R, "does not modify tokens or doc_ids", [Call((tok(), ids))]),

@@ -241,6 +241,8 @@ def dtype_hint(out: Out, want: torch.dtype) -> str:
         return " (True = may attend)"
     if out.kind == "additive":
         return ": build it with dtype=dtype"
+    if out.kind == "integer":
+        return " (torch.long): cumsum of a long tensor, or dtype=torch.long where you create it"
     return ": return the inputs' dtype (compute in float32 if you like, then cast back with .to(dtype))"
 
 
