@@ -517,13 +517,13 @@ def isolation(user: User | None) -> dict[str, Any]:
         return {"seed_protected": False, "references_protected": False,
                 "why": why + ", and it could read every file (Python is installed where only root can read "
                              "it, so the worker kept CAP_DAC_READ_SEARCH)"}
-    blocked = {p.split(" (")[0] for p in unreachable(user.uid, user.gid, [(Path(p), 4) for p in
-                                                                           confine.private_paths()])}
-    readable = [p for p in confine.private_paths() if p not in blocked]
+    answers = rules.reference_folders(confine.private_paths())  # attnmask/ and solutions/
+    blocked = {p.split(" (")[0] for p in unreachable(user.uid, user.gid, [(Path(p), 5) for p in answers])}
+    readable = [p for p in answers if p not in blocked]
     if readable:
         return {"seed_protected": True, "references_protected": False,
-                "why": why + f"; it could read {readable[0]} (make the course checkout unreadable to other "
-                             "users: chmod -R go-rwx)"}
+                "why": why + f"; it could read {readable[0]} (make it unreadable to other users: "
+                             "chmod -R go-rwx)"}
     return {"seed_protected": True, "references_protected": True, "why": ""}
 
 

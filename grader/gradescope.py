@@ -122,6 +122,7 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
         seed_file.unlink()
     except OSError:
         pass
+    _lock_answers(root)
     try:
         results = _grade_submission(submission, seed, timeout, python)
     finally:
@@ -161,6 +162,25 @@ def withhold(results: dict, visibility: str) -> dict:
     print(results.get("output", ""))  # for staff
     results["output"] = WITHHELD.get(visibility, WITHHELD["hidden"])
     return results
+
+
+def _lock_answers(root: Path) -> None:
+    """Make the bundle's reference package readable by root alone. Gradescope runs Docker
+    with its default capabilities, without CAP_SYS_ADMIN, so the worker cannot hide the
+    course in a mount namespace; it still runs student code as a user of its own, which
+    then cannot read these folders. Only folders inside the autograder (its source and
+    its virtual environment) are touched; the grader (root) still reads them."""
+    from .confine import private_paths
+    from .rules import reference_folders
+
+    inside = [os.path.realpath(root), os.path.realpath(sys.prefix)]
+    for folder in reference_folders(private_paths()):
+        real = os.path.realpath(folder)
+        if any(real.startswith(base + os.sep) for base in inside):
+            try:
+                os.chmod(real, 0o700)
+            except OSError:
+                pass
 
 
 def _grade_submission(submission: Path, seed: int, timeout: float, python: str) -> dict:

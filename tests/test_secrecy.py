@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from grader.classroom import grade_class
 
+ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
 SEED = 918273645512345678  # long enough that no other number on the machine matches it
 FOUND = ("NOITULOS NIGEB #", "(ksam_lasuac fed", str(SEED)[::-1])  # reversed, as the seeker prints them
@@ -95,3 +98,46 @@ def test_class_mode_and_its_regrade_leave_the_seeker_nothing(tmp_path, preload):
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
     for path in (out / "manifest.json", out / "seeker" / "results.json", out / "seeker" / "grader.log"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_without_a_mount_namespace_the_report_judges_the_answers_by_their_permissions(tmp_path, monkeypatch):
+    """In a container without CAP_SYS_ADMIN (Gradescope's Docker) student code still runs as
+    a user of its own; the answers are then safe exactly when that user cannot read them."""
+    import socket
+
+    from grader import confine, engine
+    from grader.sandbox import SANDBOX_UIDS, User
+
+    course = Path(tempfile.mkdtemp(prefix="course-"))  # in /tmp: every user can reach it, unlike tmp_path
+    os.chmod(course, 0o755)
+    request_cleanup = lambda: shutil.rmtree(course, ignore_errors=True)  # noqa: E731
+    for name in ("attnmask", "solutions", "grader"):
+        (course / name).mkdir(mode=0o755)
+    monkeypatch.setattr(confine, "private_paths", lambda extra=(): [str(course)])
+    user = User(SANDBOX_UIDS.start, keep_read=False, lock=socket.socket(), hidden=False)
+    os.chmod(course / "attnmask", 0o755)
+    open_to_all = engine.isolation(user)
+    assert open_to_all["seed_protected"] and not open_to_all["references_protected"]
+    assert str(course / "attnmask") in open_to_all["why"]
+    os.chmod(course / "attnmask", 0o700)
+    os.chmod(course / "solutions", 0o700)
+    assert engine.isolation(user) == {"seed_protected": True, "references_protected": True, "why": ""}
+    user.keep_read = True  # a worker that may read every file protects nothing without the namespace
+    assert engine.isolation(user)["references_protected"] is False
+    user.lock.close()
+    request_cleanup()
+
+
+@root_only
+def test_gradescope_locks_the_bundles_answers_before_student_code_runs(tmp_path):
+    """run_autograder puts the bundle's source first on the path; the reference package
+    there becomes root's alone, and nothing outside the autograder is touched."""
+    root = tmp_path / "autograder"
+    for pkg in ("grader", "attnmask"):
+        shutil.copytree(ROOT / pkg, root / "source" / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(root / "source")}
+    code = ("import sys; from pathlib import Path; from grader.gradescope import _lock_answers; "
+            "import grader; assert grader.__file__.startswith(sys.argv[1]); _lock_answers(Path(sys.argv[1]))")
+    subprocess.run([sys.executable, "-c", code, str(root)], env=env, cwd=root, check=True)
+    assert stat.S_IMODE((root / "source" / "attnmask").stat().st_mode) == 0o700
+    assert stat.S_IMODE((ROOT / "attnmask").stat().st_mode) != 0o700  # the course itself: untouched
