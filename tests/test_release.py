@@ -273,9 +273,8 @@ def test_a_missing_notice_makes_the_exercise_stale(tmp_path):
     assert release.stale(wanted) == [exe / "ex02_demo.ipynb"]
 
 
-# Chapters whose task cells carry their hints as collapsed steps. Chapter 9's notebook is still
-# being written; add it here once its hints are <details> blocks too.
-STEPPED_HINTS = sorted(stem for stem in CHAPTERS if stem != "ex09_real_models")
+# Every chapter's task cells carry their hints as collapsed steps.
+STEPPED_HINTS = sorted(CHAPTERS)
 
 
 @pytest.mark.parametrize("stem", STEPPED_HINTS)
