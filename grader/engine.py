@@ -510,7 +510,12 @@ def isolation(user: User | None) -> dict[str, Any]:
                "its own; see the instructor guide, 'Keeping the seed secret'.")
         return {"seed_protected": False, "references_protected": False, "why": why}
     if user.hidden:
-        return {"seed_protected": True, "references_protected": True, "why": ""}
+        caveat = ("" if not user.keep_read else
+                  "student code kept CAP_DAC_READ_SEARCH (Python is installed where only root can read it), "
+                  "which a determined submission could use to open hidden files by handle "
+                  "(open_by_handle_at); install Python where every user can read it to close that")
+        return {"seed_protected": True, "references_protected": True, "why": "", **(
+            {"caveat": caveat} if caveat else {})}
     why = ("student code ran as a user of its own, but the course's files could not be hidden from it "
            "(no mount namespace: the container lacks CAP_SYS_ADMIN)")
     if user.keep_read:

@@ -60,8 +60,8 @@ def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
     seen = _seeker_output(stdout)
     assert not [f for f in FOUND if f in seen], seen[:2000]
     assert results["score"] == 0
-    assert results["extra_data"]["isolation"] == {"seed_protected": True, "references_protected": True,
-                                                   "why": ""}
+    isolation = results["extra_data"]["isolation"]
+    assert isolation["seed_protected"] is True and isolation["references_protected"] is True
     assert "warning: not protected" not in stdout
     assert stat.S_IMODE((tmp_path / "results.json").stat().st_mode) == 0o600
 
