@@ -415,7 +415,11 @@ def test_real_engine_on_a_mixed_class(tmp_path, capsys, monkeypatch):
         assert why in rows[name]["message"], (name, rows[name]["message"])
     for name in rows:
         json.loads((out / name / "results.json").read_text())
-    assert "seed 5" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "seed 5" in printed.out
+    # one story for the seed: the environment (any process can read a command line)
+    assert "GRADER_SEED=5" in printed.out and "--seed 5 to reproduce" not in printed.out
+    assert "warning: --seed is on the command line" in printed.err
 
     # Forked from a preloaded server (the default) or a fresh interpreter: the same results.
     pair, fresh = tmp_path / "pair", tmp_path / "fresh"
