@@ -117,7 +117,15 @@ def _run_steps(repo: Path, tmp: Path) -> tuple[dict, str, Path]:
     gh_output, gh_summary = tmp / "github_output", tmp / "step_summary"
     gh_output.touch()
     gh_summary.touch()
-    env = {**os.environ, "GITHUB_OUTPUT": str(gh_output), "GITHUB_STEP_SUMMARY": str(gh_summary)}
+    # `python` in the steps is this interpreter, first on the PATH, as actions/setup-python
+    # makes it: the test must not depend on what else the PATH holds (a venv not activated).
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"  # a script, not a symlink: a venv's python finds its venv by its own path
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "GITHUB_OUTPUT": str(gh_output), "GITHUB_STEP_SUMMARY": str(gh_summary),
+           "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
     for step in _steps(_load(STUDENT)):
         if "run" not in step or step.get("id") == "install":
             continue
