@@ -86,3 +86,19 @@ def test_without_apt_it_falls_back_to_python3_and_says_so(tmp_path):
     p, log = _run(tmp_path, pythons={"python3": "3.10"}, apt_works=False)
     assert "falling back" in p.stderr
     assert any(line.startswith("python3 -m venv") for line in log), log
+
+
+def test_an_apt_that_succeeds_without_installing_python_3_11_falls_back(tmp_path):
+    p, log = _run(tmp_path, pythons={"python3": "3.10"}, apt_works=True)
+    assert p.returncode == 0
+    (tmp_path / "bin" / "python3.11").unlink()  # as if apt had said yes and installed nothing
+    (tmp_path / "log").unlink()
+    shutil.rmtree(tmp_path / "autograder" / "venv")
+    (tmp_path / "bin" / ".python3.11").unlink()
+    env = {"PATH": str(tmp_path / "bin"), "AUTOGRADER_ROOT": str(tmp_path / "autograder"),
+           "LOG": str(tmp_path / "log")}
+    p = subprocess.run([str(tmp_path / "bin" / "bash"), str(SETUP)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    log = (tmp_path / "log").read_text().splitlines()
+    assert "falling back" in p.stderr, p.stderr
+    assert any(line.startswith("python3 -m venv") for line in log), log

@@ -14,8 +14,11 @@ for cand in python3.11 python3; do
   fi
 done
 if [ -z "$PY" ]; then
-  apt-get update -q && apt-get install -y -q python3.11 python3.11-venv && PY=python3.11 \
-    || { echo "python3.11 unavailable; falling back to $(python3 --version)" >&2; PY=python3; }
+  if apt-get update -q && apt-get install -y -q python3.11 python3.11-venv && command -v python3.11 >/dev/null; then
+    PY=python3.11
+  else
+    echo "python3.11 unavailable; falling back to $(python3 --version)" >&2; PY=python3
+  fi
 fi
 if ! "$PY" -m venv "$ROOT/venv" 2>/dev/null; then
   apt-get update -q && apt-get install -y -q "$(basename "$PY")-venv"
