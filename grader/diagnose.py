@@ -212,12 +212,23 @@ def excerpt(said: str) -> str:
     return said if short == said else short + note
 
 
+def quoted(error: str) -> str:
+    """How feedback quotes a student's exception ("Type: message"): its first line, at most
+    300 characters. The one place that quotes it, so a hidden check can cut it (:func:`cut`)."""
+    first = str(error).splitlines()[0] if str(error) else "an error"
+    return first[:300] + "..." if len(first) > 300 else first
+
+
+def cut(error: str) -> str:
+    """:func:`quoted` as a hidden check shows it: the type, and an :func:`excerpt` of the message."""
+    kind, _, said = (str(error).splitlines() or [""])[0].partition(": ")
+    return f"{kind}: {excerpt(said)}" if said else quoted(error)
+
+
 def explain_error(error: str) -> str:
     """The student's exception, in plain words (the original text follows)."""
     text = str(error)
-    first = text.splitlines()[0] if text else "an error"
-    if len(first) > 300:
-        first = first[:300] + "..."
+    first = quoted(text)
     rules: list[tuple[str, str]] = [
         (_READS_VALUES, MISTAKES["not_vectorised"]),
         (_TORCH_NOT_IMPLEMENTED.pattern, MISTAKES["no_kernel"]),

@@ -130,27 +130,24 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
 
 
 def _cut_student_text(verdict, outcomes) -> None:
-    """On a hidden check, what the student's own exceptions said appears only as a short
-    excerpt with its digits masked (:func:`grader.diagnose.excerpt`): an error message
-    must not carry a hidden case's inputs out to the student. The grader's own words
-    (the diagnosis, shapes and dtypes of the inputs, the mask grids) stay as they are."""
-    from .diagnose import excerpt
+    """On a hidden check, what the student's own exceptions said appears only cut
+    (:func:`grader.diagnose.cut`: an excerpt with its digits masked): an error message
+    must not carry a hidden case's inputs out to the student. Feedback quotes an error
+    only through :func:`grader.diagnose.quoted`, so replacing that quote is enough; the
+    grader's own words (the diagnosis, shapes and dtypes, the mask grids) stay."""
+    from .diagnose import cut, quoted
 
     for o in outcomes:
-        kind, _, said = (o.error or "").split("\n")[0].partition(": ")
-        if not said or kind in ("ForbiddenAPIError", TIME_LIMIT):
+        if not o.error or o.error.startswith(("ForbiddenAPIError", TIME_LIMIT)):
             continue
-        short = excerpt(said)
-        for field in ("message", "detail"):
-            text = getattr(verdict, field)
-            for quoted in (said[:300] + "...", said):  # explain_error quotes up to 300 characters
-                text = text.replace(quoted, short)
-            setattr(verdict, field, text)
+        whole, short = quoted(o.error), cut(o.error)
+        verdict.message = verdict.message.replace(whole, short)
+        verdict.detail = verdict.detail.replace(whole, short)
 
 
 def check_result(check, verdict) -> CheckResult:
     return CheckResult(name=check.name, public=bool(check.public), weight=float(check.weight),
-                       kind=str(getattr(check, "kind", "value")),
+                       kind=check.kind,
                        passed=bool(verdict.passed) and not verdict.skipped, skipped=bool(verdict.skipped),
                        message=str(verdict.message), detail=str(verdict.detail))
 
@@ -507,7 +504,7 @@ def isolation(user: User | None) -> dict[str, Any]:
         why = ("student code ran as the grader's own user (the grader is not root, or it could not switch): "
                "it could read the seed from the grader's environment and the reference answers from the "
                "course's files. Run the grader as root (sudo -E) so that student code runs as a user of "
-               "its own; see the instructor guide, 'Keeping the seed secret'.")
+               "its own; see the instructor guide, 'Keeping the hidden cases hidden'.")
         return {"seed_protected": False, "references_protected": False, "why": why}
     if user.hidden:
         caveat = ("" if not user.keep_read else

@@ -141,3 +141,22 @@ def test_gradescope_locks_the_bundles_answers_before_student_code_runs(tmp_path)
     subprocess.run([sys.executable, "-c", code, str(root)], env=env, cwd=root, check=True)
     assert stat.S_IMODE((root / "source" / "attnmask").stat().st_mode) == 0o700
     assert stat.S_IMODE((ROOT / "attnmask").stat().st_mode) != 0o700  # the course itself: untouched
+
+
+@pytest.mark.parametrize("length", [40, 299, 301, 2000])
+def test_a_hidden_checks_feedback_never_quotes_the_students_own_message(length):
+    """Whatever its length, the student's exception text reaches a hidden check's feedback
+    only cut and with its digits masked; on a public check it is quoted as it was."""
+    from grader import engine
+    from grader.checks import EXERCISES
+    from grader.spec import Outcome
+
+    said = ("ids " + "1234567 " * 300)[:length]
+    checks = EXERCISES["document_mask"].make_checks(3, hidden=True)
+    for check in (next(c for c in checks if not c.public), next(c for c in checks if c.public)):
+        verdict = engine.judge(check, [Outcome(error=f"ValueError: {said}") for _ in check.calls])
+        text = verdict.message + verdict.detail
+        if check.public:
+            assert said[:200] in text
+        else:
+            assert "1234567" not in text and "ValueError: ids" in text, text

@@ -262,7 +262,7 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
                     continue
                 if omitted and dg.mixes_devices(outcome.error):
                     return dg.fail(dg.MISTAKES["default_device"] + f" (left out: {', '.join(omitted)}; "
-                                   f"it raised {outcome.error.splitlines()[0][:200]})",
+                                   f"it raised {dg.quoted(outcome.error)})",
                                    f"inputs on {device}: {inputs}")
                 return dg.fail(dg.explain_error(outcome.error), f"inputs on {device}: {inputs}")
             got, msg = dg.unpack(outcome.output, recipe.out_names)
