@@ -184,7 +184,8 @@ def alibi_bias(n_heads: int, Lq: int, Lk: int, *, device: torch.device | str | N
     j = torch.arange(Lk, device=device)[None, :]  # (1, Lk)
     behind = (j - pos_q).float()  # (Lq, Lk): -(pos_q - j), <= 0 where visible
     bias = slopes[:, None, None] * behind  # (H, Lq, Lk); +0, not -0, on the diagonal
-    return bias.masked_fill(j > pos_q, float("-inf")).to(dtype)
+    visible = causal_mask(Lq, n_keys=Lk, device=device)  # (Lq, Lk), bottom-right: j <= pos_q
+    return bias.masked_fill(~visible, float("-inf")).to(dtype)
 
 
 # --------------------------------------------------------------------------- batched generation
