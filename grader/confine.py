@@ -50,18 +50,32 @@ def course_root() -> Path | None:
     return None
 
 
-#: Where other people's files lie around: temporary folders (other gradings, reports
-#: written to /tmp, copies of the course) and home folders. Each is covered with the
-#: worker's own folder and what Python needs bound back in (see :func:`hide`).
-SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/home", "/root")
+#: The operating system: the top-level folders of ``/`` that stay in view. Every other
+#: one (``/tmp``, ``/home``, ``/root``, ``/opt``, ``/srv``, ``/mnt``, a ``/work`` or
+#: ``/autograder``...) is where people keep files: other copies of the course, other
+#: gradings, reports. Each is covered, with what the worker needs bound back (see :func:`hide`).
+SYSTEM = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "nix", "proc", "run",
+                    "sbin", "snap", "sys", "usr", "var"})
+#: Folders of every user inside the system's own.
+SHARED_IN_SYSTEM = ("/var/tmp", "/dev/shm")
+
+
+def others_folders(root: str = "/") -> list[str]:
+    """Every top-level folder of ``root`` that is not the operating system's, and
+    :data:`SHARED_IN_SYSTEM`: where other people's files can lie around."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        names = []
+    return [os.path.join(root, n) for n in names if n not in SYSTEM] + list(SHARED_IN_SYSTEM)
 
 
 def private_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
     """The folders and files student code must not read: the course checkout (or,
-    when installed, the ``grader`` and ``attnmask`` packages), :data:`SHARED`
-    and ``extra`` (the submission, a class's submissions and output folder)."""
+    when installed, the ``grader`` and ``attnmask`` packages), ``extra`` (the
+    submission, a class's submissions and output folder) and :func:`others_folders`."""
     paths = [course_root(), _package_dir("grader"), _package_dir("attnmask"), *map(Path, extra),
-             *map(Path, SHARED)]
+             *map(Path, others_folders())]
     out: list[str] = []
     for p in paths:
         if p is None:
@@ -73,11 +87,15 @@ def private_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
 
 
 def needed_paths() -> list[str]:
-    """What the worker itself needs to keep seeing: Python, its libraries, torch,
-    and the worker's own folder (its working directory)."""
+    """What the worker itself needs to keep seeing: Python, its libraries, torch, the
+    shared libraries it may load (``LD_LIBRARY_PATH``, CUDA's or ROCm's home) and the
+    worker's own folder (its working directory)."""
     keep = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__), os.getcwd(),
             os.path.dirname(os.path.realpath(sys.executable))}
     keep |= {p for p in sys.path if p and os.path.isdir(p) and ("site-packages" in p or "dist-packages" in p)}
+    keep |= {p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p and os.path.isdir(p)}
+    keep |= {os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH")
+             if os.path.isdir(os.environ.get(v, ""))}
     torch_dir = _package_dir("torch")
     if torch_dir is not None:
         keep.add(str(torch_dir))

@@ -510,26 +510,29 @@ def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, 
 @pytest.mark.parametrize("preload", [True, False], ids=["forked", "fresh"])
 def test_the_seed_is_not_on_any_command_line_student_code_can_read(tmp_path, preload):
     """Every process can read another's /proc/PID/cmdline: the grading's, its parents' and
-    the sandbox's own must not hold the seed. (Reversed, so no scrubbing could hide a leak.)"""
+    the sandbox's own must not hold the seed. The spy walks up from itself to this test's
+    process and reports how many of the grader's processes it read and whether one held
+    the seed; it judges by itself, so no scrubbing of its output could hide a leak."""
     seed = 987654321
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "spy.py").write_text(
         "import os\n\nimport torch\n\n\ndef causal_mask(n, *, device=None):\n"
-        "    seen, pid = [], os.getpid()\n"
-        "    while pid > 1:\n"
+        "    read, leaks, pid = 0, 0, os.getpid()\n"
+        f"    while pid > 1 and pid != {os.getpid()}:\n"
         "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace')\n"
-        "        seen += [cmd] if 'grader' in cmd else []\n"
+        "        read += 'grader' in cmd\n"
+        f"        leaks += {str(seed)[::-1]!r}[::-1] in cmd\n"
         "        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
-        "    print('SPY', ' | '.join(seen).replace('\\0', ' ').replace('\\n', ' ')[::-1])\n"
+        "    print('SPY', 'read', 'grader' * read, 'leaks', 'seed' * leaks)\n"
         "    return torch.ones(n, n, dtype=torch.bool, device=device).tril()\n")
     rows = grade_class(subs, tmp_path / "out", jobs=1, seed=seed, progress=False, preload=preload,
                        extra=["--exercise", "causal_mask"])
-    # What it printed, in full: the grading's own log (results.json masks digits after hidden cases)
-    log = "".join(line.strip() for line in (tmp_path / "out" / rows[0].slug / "grader.log").read_text()
-                  .splitlines())  # a wrapped line must not split the seed
-    assert "redarg" in log, "the spy did not report"  # it saw the grader's processes
-    assert str(seed)[::-1] not in log, "a command line holds the seed"
+    log = (tmp_path / "out" / rows[0].slug / "grader.log").read_text()
+    said = [line.split() for line in log.splitlines() if line.startswith("SPY read")]
+    assert said, "the spy did not report"
+    assert all(words[2].startswith("grader") for words in said), said  # it read the grader's processes
+    assert all(words[-1] == "leaks" for words in said), "a command line holds the seed"
 
 
 def _readme_commands(text: str) -> list[str]:

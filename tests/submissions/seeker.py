@@ -7,6 +7,7 @@ leak), and answers ``causal_mask`` with the reference's own code if it can read 
 """
 
 import os
+import re
 import sys
 import time
 
@@ -85,8 +86,9 @@ def seek():
 # (assignments and if-blocks run when the grader loads a submission; bare loops do not)
 REFERENCE = seek()
 FIRST = ("GRADER_SEED", "seed", "BEGIN SOLUTION", "def causal_mask(")  # what matters most, first
-FOUND = sorted(set(found), key=lambda f: ([m in f for m in FIRST].index(True) if any(m in f for m in FIRST)
-                                         else len(FIRST), f))
+FOUND = sorted(set(found), key=lambda f: (  # a value first (a seed's digits), not a mere mention of the name
+    not re.search(r"[0-9]{9}", f),
+    [m in f for m in FIRST].index(True) if any(m in f for m in FIRST) else len(FIRST), f))
 PRINTED = print("SEEKER:", " | ".join(f[::-1] for f in FOUND)[:1500])
 if REFERENCE is not None:  # load it under another name than attnmask, and answer with it
     import importlib.util
