@@ -1,11 +1,11 @@
 """The course autograder.
 
 * ``python -m grader SUBMISSION`` grades a notebook, a .py file or a folder of
-  them (see :mod:`grader.cli`).
+  them (see :mod:`grader.runners.cli`).
 * ``grader.grade(path, seed=...)`` does the same in-process and returns a
   :class:`~grader.results.Report` (see :mod:`grader.engine`).
 * ``from grader import check; check(causal_mask)`` runs an exercise's public
-  checks inside a notebook (see :mod:`grader.notebook`).
+  checks inside a notebook (see :mod:`grader.runners.notebook`).
 
 Attributes are imported lazily: ``import grader`` stays cheap, and the
 sandboxed worker imports this package without pulling in the reference.
@@ -19,8 +19,8 @@ _LAZY = {
     "grade": ("engine", "grade"),
     "DEFAULT_SEED": ("engine", "DEFAULT_SEED"),
     "Report": ("results", "Report"),
-    "check": ("notebook", "check"),
-    "check_all": ("notebook", "check_all"),
+    "check": ("runners.notebook", "check"),
+    "check_all": ("runners.notebook", "check_all"),
 }
 
 

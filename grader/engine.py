@@ -13,7 +13,7 @@ the checks' own judges, which compute the reference with ``attnmask``.
 Student code cannot change a grade by editing files: as root, the worker runs
 as an unprivileged user (:mod:`grader.sandbox`), and in any case the grader's
 files are checked after every exercise and at the end, and restored
-(:mod:`grader.integrity`). A submission that changed them scores 0 on every
+(:mod:`grader.sandbox.integrity`). A submission that changed them scores 0 on every
 exercise, and the report names what changed and asks the student to see the
 instructor. (Every exercise, not just those after the change: when the parent
 notices a change depends on how far its judging lags behind the worker, so any
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import confine, integrity, rules, submission
+from . import rules, submission
 from .results import (
     CRASHED,
     GRADER_ERROR,
@@ -40,11 +40,14 @@ from .results import (
     NOT_IMPLEMENTED_MESSAGE,
     SKIPPED,
     TIMED_OUT,
-    CheckResult,
     ExerciseResult,
     Report,
 )
-from .sandbox import TIME_LIMIT, Limits, User, Worker, claim_user, note, unreachable
+from .sandbox import confine, integrity
+from .sandbox.limits import TIME_LIMIT, Limits, note
+from .sandbox.supervisor import Worker
+from .sandbox.users import User, claim_user, isolation
+from .verdicts import all_not_implemented, check_result, judge
 
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT = 10.0
@@ -80,83 +83,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-# --------------------------------------------------------------------------- judging (shared with notebook)
-
-
-def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: float | None = None):
-    """The verdict of one check on what its calls produced, never an exception.
-
-    ``outcomes`` is a list of :class:`~grader.spec.Outcome` or a
-    :class:`~grader.channel.ChannelError`. Rule breaks and time limits are
-    named here, before the check's judge sees them, so every check words them
-    the same way.
-    """
-    from .channel import ChannelError
-    from .sandbox import NOT_RUN
-    from .spec import Verdict
-
-    if isinstance(outcomes, ChannelError):
-        return Verdict(False, f"what came back could not be read: {outcomes}")
-    if not isinstance(outcomes, list) or len(outcomes) != len(check.calls):
-        return Verdict(False, "the grader lost track of this check's results (internal grader error)")
-    errors = [o.error for o in outcomes if o.error]
-    for err in errors:
-        if err.startswith("ForbiddenAPIError: "):
-            return Verdict(False, err.split(": ", 1)[1])
-    for err in errors:
-        if err.startswith(TIME_LIMIT):
-            if NOT_RUN in err:
-                return Verdict(False, "not run: an earlier check used up the exercise's time")
-            limit = f" ({timeout:g} s)" if timeout else ""
-            return Verdict(False, f"stopped at the time limit{limit}: an infinite loop, or a very slow one?")
-    if findings and any(e.startswith(("ImportError", "NameError", "ModuleNotFoundError")) for e in errors):
-        return Verdict(False, findings[0].text)
-    try:
-        verdict = check.judge(check.calls, outcomes)
-        if not isinstance(verdict, Verdict):
-            raise TypeError(f"the judge returned {type(verdict).__name__}, not a Verdict")
-    except Exception as e:  # noqa: BLE001 -- a broken judge must cost one check, not the run
-        return Verdict(False, f"internal grader error in this check ({type(e).__name__}: {str(e)[:200]}); "
-                              "please report it to the course staff")
-    if not verdict.passed and not verdict.skipped:
-        where = next((o.where for o in outcomes if o.error and o.where), None)
-        if where and where not in verdict.detail:
-            verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
-        if not check.public:
-            _cut_student_text(verdict, outcomes)
-    return verdict
-
-
-def _cut_student_text(verdict, outcomes) -> None:
-    """On a hidden check, what the student's own exceptions said appears only cut
-    (:func:`grader.diagnose.cut`: an excerpt with its digits masked): an error message
-    must not carry a hidden case's inputs out to the student. Feedback quotes an error
-    only through :func:`grader.diagnose.quoted`, so replacing that quote is enough; the
-    grader's own words (the diagnosis, shapes and dtypes, the mask grids) stay."""
-    from .diagnose import cut, quoted
-
-    for o in outcomes:
-        if not o.error or o.error.startswith(("ForbiddenAPIError", TIME_LIMIT)):
-            continue
-        whole, short = quoted(o.error), cut(o.error)
-        verdict.message = verdict.message.replace(whole, short)
-        verdict.detail = verdict.detail.replace(whole, short)
-
-
-def check_result(check, verdict) -> CheckResult:
-    return CheckResult(name=check.name, public=bool(check.public), weight=float(check.weight),
-                       kind=check.kind,
-                       passed=bool(verdict.passed) and not verdict.skipped, skipped=bool(verdict.skipped),
-                       message=str(verdict.message), detail=str(verdict.detail))
-
-
-def all_not_implemented(outcomes_seen: list[Any]) -> bool:
-    from .diagnose import is_stub_error
-
-    errors = [o.error for o in outcomes_seen]
-    return bool(errors) and all(is_stub_error(e) for e in errors)
 
 
 # --------------------------------------------------------------------------- grading one submission
@@ -498,40 +424,9 @@ def _scan_rules(src: submission.Source, states: list[_Exercise]) -> None:
                 st.findings.append(finding)
 
 
-def isolation(user: User | None) -> dict[str, Any]:
-    """What kept the seed and the reference answers from student code in this grading."""
-    if user is None or not user.dropped:
-        why = ("student code ran as the grader's own user (the grader is not root, or it could not switch): "
-               "it could read the seed from the grader's environment and the reference answers from the "
-               "course's files. Run the grader as root (sudo -E) so that student code runs as a user of "
-               "its own; see the instructor guide, 'Keeping the hidden cases hidden'.")
-        return {"seed_protected": False, "references_protected": False, "why": why}
-    if user.hidden:
-        caveat = ("" if not user.keep_read else
-                  "student code kept CAP_DAC_READ_SEARCH (Python is installed where only root can read it), "
-                  "which a determined submission could use to open hidden files by handle "
-                  "(open_by_handle_at); install Python where every user can read it to close that")
-        return {"seed_protected": True, "references_protected": True, "why": "", **(
-            {"caveat": caveat} if caveat else {})}
-    why = ("student code ran as a user of its own, but the course's files could not be hidden from it "
-           "(no mount namespace: the container lacks CAP_SYS_ADMIN)")
-    if user.keep_read:
-        return {"seed_protected": False, "references_protected": False,
-                "why": why + ", and it could read every file (Python is installed where only root can read "
-                             "it, so the worker kept CAP_DAC_READ_SEARCH)"}
-    answers = rules.reference_folders(confine.private_paths())  # attnmask/ and solutions/
-    blocked = {p.split(" (")[0] for p in unreachable(user.uid, user.gid, [(Path(p), 5) for p in answers])}
-    readable = [p for p in answers if p not in blocked]
-    if readable:
-        return {"seed_protected": True, "references_protected": False,
-                "why": why + f"; it could read {readable[0]} (make it unreadable to other users: "
-                             "chmod -R go-rwx)"}
-    return {"seed_protected": True, "references_protected": True, "why": ""}
-
-
 def _run(src, states, limits, grading, tmp, worker, user, private: list[str]) -> None:
-    from . import sandbox
-    from .worker import CheckJob, Job
+    from .sandbox import supervisor
+    from .sandbox.worker import CheckJob, Job
 
     def make_job(indices: list[int]) -> Job:
         exercises = []
@@ -545,11 +440,11 @@ def _run(src, states, limits, grading, tmp, worker, user, private: list[str]) ->
                    helpers=src.helpers, hide=private)
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
-    sandbox.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker, user=user,
+    supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker, user=user,
                 cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
 
 
 def _printed(tmp: Path) -> str:
-    from .sandbox import output_tail
+    from .sandbox.supervisor import output_tail
 
     return output_tail(tmp).replace(str(tmp), "<tmp>")

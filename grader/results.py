@@ -1,7 +1,7 @@
 """What grading produced: per-check verdicts, per-exercise scores, the report.
 
 Plain dataclasses, shared by the CLI (:mod:`grader.engine`), the in-notebook
-check (:mod:`grader.notebook`) and whatever grades a whole class. Timings are
+check (:mod:`grader.runners.notebook`) and whatever grades a whole class. Timings are
 kept apart (``execution_time``) so that :meth:`Report.to_dict` is the same for
 two runs with the same seed.
 """
@@ -144,7 +144,7 @@ class Report:
     error: str | None = None  # why nothing could be graded
     usage_error: bool = False  # the caller's mistake (e.g. a path that does not exist)
     internal_error: bool = False  # the grader's own mistake (e.g. its checks do not import)
-    #: what kept the seed and the reference answers from student code (grader.engine.isolation);
+    #: what kept the seed and the reference answers from student code (grader.sandbox.users.isolation);
     #: empty when no student code ran
     isolation: dict[str, Any] = field(default_factory=dict)
     execution_time: float = 0.0  # seconds; not part of to_dict()

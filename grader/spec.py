@@ -7,7 +7,7 @@ a ``judge`` that turns what came back into a :class:`Verdict`.
 Calls run wherever the student's code runs (a sandboxed worker process for the
 CLI, the student's own kernel for the in-notebook ``check``). Only plain data
 crosses that boundary: tensors, ints, floats, bools, strings, None, and
-lists/tuples/dicts of them (see :mod:`grader.channel`).
+lists/tuples/dicts of them (see :mod:`grader.sandbox.channel`).
 Judges run in the trusted process; they never see student objects, only
 :class:`Outcome` s built from that data.
 """
@@ -86,7 +86,7 @@ class Check:
     #: constant can pass; earns only once a "value" check of the exercise passes.
     #: "property": a necessary condition (dtype, device, inputs unchanged, an
     #: invariance) that even a constant function can meet; it takes points away
-    #: when it fails and never earns any alone (see grader.scores).
+    #: when it fails and never earns any alone (see grader.runners.scores).
     kind: str = "value"
 
 

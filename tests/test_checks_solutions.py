@@ -7,7 +7,7 @@ import torch
 from buggy import correct, failures, grade, native
 
 from grader.checks import EXERCISES
-from grader.execute import execute
+from grader.sandbox.execute import execute
 from grader.spec import Call
 
 

@@ -22,8 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import classroom, processes
-from grader.classroom import discover, exercise_of, grade_class, runtime_requirements
+from grader.runners import classroom, github, processes, scores
+from grader.runners.classroom import grade_class
+from grader.runners.github import runtime_requirements
+from grader.runners.roster import discover
+from grader.runners.scores import exercise_of
+from grader.sandbox import procs
 
 REPO = Path(__file__).resolve().parent.parent
 EXERCISES = ("causal_mask", "attention", "multi_head_attention")
@@ -118,7 +122,7 @@ def _class(root: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
-    return processes._stat(pid)[:1] not in ([], ["Z"], ["X"])  # gone, zombie or dead
+    return procs.stat_fields(pid)[:1] not in ([], ["Z"], ["X"])  # gone, zombie or dead
 
 
 def _text(path: Path) -> str:
@@ -227,9 +231,10 @@ def test_grader_fingerprint_follows_the_sources(tmp_path, monkeypatch):
     assert fp == classroom.grader_fingerprint() and len(fp) == 16
     fake_pkg = tmp_path / "grader"
     shutil.copytree(REPO / "grader", fake_pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(classroom, "__file__", str(fake_pkg / "classroom.py"))
+    monkeypatch.setattr(classroom, "__file__", str(fake_pkg / "runners" / "classroom.py"))
     same = classroom.grader_fingerprint()
-    (fake_pkg / "classroom.py").write_text((fake_pkg / "classroom.py").read_text() + "# changed\n")
+    changed = fake_pkg / "sandbox" / "worker.py"  # any of the grader's files, in any of its folders
+    changed.write_text(changed.read_text() + "# changed\n")
     assert classroom.grader_fingerprint() != same
 
 
@@ -300,7 +305,7 @@ def test_discovery_names_and_collisions(tmp_path):
 def test_grades_csv_columns_are_the_contract():
     import attnmask
 
-    assert classroom.contract_exercises() == attnmask.CONTRACT
+    assert scores.contract_exercises() == attnmask.CONTRACT
 
 
 def test_exercise_of_matches_whole_names():
@@ -320,7 +325,7 @@ def test_gh_outputs_format_read_by_the_classroom_reporter(tmp_path):
     path.write_text(json.dumps(results))
     gh_out = tmp_path / "github_output"
     gh_out.write_text("earlier=1\n")
-    proc = subprocess.run([sys.executable, "-m", "grader.classroom", "gh-outputs", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "grader", "gh-outputs", str(path)],
                           capture_output=True, text=True, env={**os.environ, "GITHUB_OUTPUT": str(gh_out)},
                           cwd=REPO)
     assert proc.returncode == 0, proc.stderr
@@ -334,7 +339,7 @@ def test_gh_outputs_format_read_by_the_classroom_reporter(tmp_path):
     assert payload["tests"][1]["message"] == "mask applied after the softmax"
     assert "Points 14.5/30" in proc.stderr
 
-    missing = classroom.classroom_result(classroom.read_results(tmp_path / "nope.json"))
+    missing = github.classroom_result(scores.read_results(tmp_path / "nope.json"))
     assert missing["status"] == "error" and missing["max_score"] == 0
 
 
@@ -348,7 +353,7 @@ def test_runtime_requirements_drop_dev_tools_keep_pins():
 
 
 def test_template_repository_has_no_solutions(tmp_path):
-    dest = classroom.build_template(REPO, tmp_path / "template")
+    dest = github.build_template(REPO, tmp_path / "template")
     assert (dest / ".github" / "workflows" / "classroom.yml").is_file()
     assert (dest / "grader" / "__init__.py").is_file() and (dest / "attnmask" / "__init__.py").is_file()
     assert not (dest / "solutions").exists() and not (dest / "tests").exists()
@@ -452,7 +457,7 @@ def test_ctrl_c_stops_the_class_at_once_and_a_rerun_resumes(tmp_path, fake):
     out = tmp_path / "out"
     driver = tmp_path / "driver.py"
     driver.write_text(
-        "import sys\nfrom grader import classroom\n"
+        "import sys\nfrom grader.runners import classroom\n"
         f"cmd = lambda s, r, seed, e: [sys.executable, {str(tmp_path / 'fake_grader.py')!r}, str(s), str(r), "
         "str(seed), *e]\n"
         f"classroom.main([{str(subs)!r}, '--out', {str(out)!r}, '--jobs', '3', '--seed', '1',"
@@ -481,7 +486,7 @@ def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, 
                                   "    pass\n")
     killed: list[int] = []
     zygotes: list[classroom.Zygote] = []
-    kill = processes._kill_group
+    kill = processes.kill_tree
 
     class RecordingZygote(classroom.Zygote):
         def __init__(self) -> None:
@@ -489,12 +494,12 @@ def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, 
             zygotes.append(self)
 
     def recording_kill(pgid: int) -> None:
-        killed.extend(processes._descendants(pgid))
+        killed.extend(procs.descendants(pgid))
         for z in zygotes:
-            killed.extend(processes._descendants(z.proc.pid))
+            killed.extend(procs.descendants(z.proc.pid))
         kill(pgid)
 
-    monkeypatch.setattr(processes, "_kill_group", recording_kill)
+    monkeypatch.setattr(processes, "kill_tree", recording_kill)
     monkeypatch.setattr(classroom, "Zygote", RecordingZygote)
     rows = grade_class(subs, tmp_path / "out", jobs=1, seed=0, timeout=6, progress=False, preload=preload,
                        extra=["--exercise", "causal_mask", "--timeout", "60"])
@@ -543,7 +548,7 @@ def _readme_commands(text: str) -> list[str]:
 
 
 def test_template_readme_is_for_students_and_its_commands_work(tmp_path):
-    dest = classroom.build_template(REPO, tmp_path / "template")
+    dest = github.build_template(REPO, tmp_path / "template")
     readme = (dest / "README.md").read_text()
     assert readme != (REPO / "README.md").read_text()
     assert "solutions/" not in readme and "build_book" not in readme and "pytest" not in readme
@@ -569,6 +574,6 @@ def test_template_readme_is_for_students_and_its_commands_work(tmp_path):
         assert json.loads(out.read_text())["score"] == 0 and "next: exercise 1.1 causal_mask" in p.stdout
     # exercises/README.md speaks to students too: no maintainer's note.
     students = (dest / "exercises" / "README.md").read_text()
-    assert "don't edit" not in students and "grader.release" not in students
+    assert "don't edit" not in students and "grader release" not in students
     for path in re.findall(r"`(ex\d+_\w+\.ipynb)`", students):
         assert (dest / "exercises" / path).is_file(), path

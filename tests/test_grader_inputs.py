@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import cli, engine, submission
+from grader import engine, submission
 from grader.results import NOT_FOUND, NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED
+from grader.runners import cli
 
 ROOT = Path(__file__).parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"

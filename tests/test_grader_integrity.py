@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import integrity, sandbox
+from grader.sandbox import integrity, limits, procs, users
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -66,10 +66,10 @@ class Copy:
     def grade(self, submission: Path, *, privdrop: bool) -> tuple[dict, str]:
         self.runs += 1
         out = self.root / f"results{self.runs}.json"
-        env = {k: v for k, v in os.environ.items() if k != sandbox.NO_PRIVDROP_ENV}
+        env = {k: v for k, v in os.environ.items() if k != users.NO_PRIVDROP_ENV}
         env["PYTHONPATH"] = str(self.root)
         if not privdrop:
-            env[sandbox.NO_PRIVDROP_ENV] = "1"
+            env[users.NO_PRIVDROP_ENV] = "1"
         args = [a for name in EXERCISES for a in ("--exercise", name)]
         p = subprocess.run([str(self.python), "-m", "grader", str(submission), "--json", str(out), "--quiet",
                             *args], cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
@@ -226,35 +226,35 @@ def test_unreachable_names_the_folder_that_cannot_be_entered():
         os.chmod(closed, 0o700)
         os.chmod(top / "open.py", 0o600)
         uid = os.getuid() + 1 if os.getuid() else 60999  # anyone but the owner
-        found = sandbox.unreachable(uid, uid, [(closed / "inside" / "mod.py", 4), (top / "open.py", 4),
+        found = users.unreachable(uid, uid, [(closed / "inside" / "mod.py", 4), (top / "open.py", 4),
                                                (top / "missing.py", 4), (top, 5)])
         assert found == [f"{closed / 'inside' / 'mod.py'} (cannot enter {closed})",
                          f"{top / 'open.py'} (mode -rw-------)"]
 
 
 def test_results_the_worker_writes_are_read_only_as_plain_files(tmp_path):
-    from grader import channel
+    from grader.sandbox import channel, supervisor
 
     target = tmp_path / "secret.pt"
     target.write_bytes(channel.encode([1, 2]))
-    assert sandbox.receive(target) == [1, 2]
+    assert supervisor.receive(target) == [1, 2]
     (tmp_path / "link.pt").symlink_to(target)
     os.mkfifo(tmp_path / "fifo.pt")  # opening it for reading would block a naive reader forever
     for name in ("link.pt", "fifo.pt", "missing.pt"):
         with pytest.raises(channel.ChannelError):
-            sandbox.receive(tmp_path / name)
+            supervisor.receive(tmp_path / name)
 
 
 def test_a_worker_never_sees_the_real_home(tmp_path):
-    env = sandbox.worker_env(tmp_path)
+    env = limits.worker_env(tmp_path)
     assert env["HOME"] == str(tmp_path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can switch users")
 def test_a_claimed_uid_is_this_gradings_alone_and_its_processes_are_killed():
-    if os.environ.get(sandbox.NO_PRIVDROP_ENV, "") not in ("", "0"):
-        pytest.skip(f"{sandbox.NO_PRIVDROP_ENV} is set")
-    a, b = sandbox.claim_user(), sandbox.claim_user()
+    if os.environ.get(users.NO_PRIVDROP_ENV, "") not in ("", "0"):
+        pytest.skip(f"{users.NO_PRIVDROP_ENV} is set")
+    a, b = users.claim_user(), users.claim_user()
     if a is None:
         pytest.skip("this machine cannot run the worker as another user")
     try:
@@ -267,7 +267,7 @@ def test_a_claimed_uid_is_this_gradings_alone_and_its_processes_are_killed():
                                  start_new_session=True)
         a.release()
         assert child.wait(timeout=10) == -9
-        assert sandbox._processes_of(a.uid) == []
+        assert procs.processes_of(a.uid) == []
     finally:
         a.release()
         if b is not None:

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import channel, cli, engine, rules, sandbox, submission
+from grader import engine, rules, submission, verdicts
 from grader.results import CRASHED, FAILED, NOT_FOUND, PASSED, TIMED_OUT
+from grader.runners import cli
+from grader.sandbox import channel, supervisor
 from grader.spec import Call, Check, NotATensor, Outcome, Verdict
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -197,7 +199,7 @@ def test_channel_round_trips_outcomes(tmp_path):
     o = Outcome(output=(torch.ones(2), NotATensor("list")), devices=("cpu", None), error=None,
                 args_after=({"value": torch.zeros(1), "grad_set": False}, None), grads={0: torch.ones(3)})
     (tmp_path / "x.pt").write_bytes(channel.encode([channel.outcome_to_data(o)]))
-    (back,) = [channel.outcome_from_data(d) for d in sandbox.receive(tmp_path / "x.pt")]
+    (back,) = [channel.outcome_from_data(d) for d in supervisor.receive(tmp_path / "x.pt")]
     assert torch.equal(back.output[0], torch.ones(2)) and back.output[1] == NotATensor("list")
     assert back.args_after[0]["grad_set"] is False and torch.equal(back.grads[0], torch.ones(3))
 
@@ -223,7 +225,7 @@ def test_channel_round_trips_every_plain_kind(tmp_path):
                         torch.arange(3, dtype=torch.int8)),
             "c": 1 + 2j, "n": None, "f": float("inf"), "s": "héllo", "b": False}]
     (tmp_path / "x").write_bytes(channel.encode(obj))
-    back = sandbox.receive(tmp_path / "x")
+    back = supervisor.receive(tmp_path / "x")
     assert torch.equal(back[0]["t"], t) and back[0]["t"].shape == (4, 3)
     for got, want in zip(back[0][7], obj[0][7]):
         assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
@@ -238,7 +240,7 @@ def test_channel_carries_every_dtype_a_student_might_return(tmp_path):
     values.append(torch.tensor([[True, False]]))
     assert {v.dtype for v in values} >= {torch.uint16, torch.float8_e4m3fn, torch.complex32, torch.uint64}
     (tmp_path / "x").write_bytes(channel.encode(values))
-    for got, want in zip(sandbox.receive(tmp_path / "x"), values):
+    for got, want in zip(supervisor.receive(tmp_path / "x"), values):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)) if want.dtype != torch.bool \
             else torch.equal(got, want)
@@ -249,14 +251,14 @@ def test_channel_refuses_objects_and_subclasses(tmp_path):
     for protocol in (2, pickle.HIGHEST_PROTOCOL):
         _channel_file(path, [_Forged(marker)], protocol=protocol)
         with pytest.raises(channel.ChannelError, match="not plain data"):
-            sandbox.receive(path)
+            supervisor.receive(path)
     assert not marker.exists(), "unpickling ran code"
     _channel_file(path, [torch.nn.Parameter(torch.ones(2))])  # a tensor pickled the usual way
     with pytest.raises(channel.ChannelError, match="not plain data"):
-        sandbox.receive(path)
+        supervisor.receive(path)
     torch.save([torch.ones(2)], path)  # not our framing at all
     with pytest.raises(channel.ChannelError):
-        sandbox.receive(path)
+        supervisor.receive(path)
     with pytest.raises(channel.ChannelError):
         channel.outcome_from_data({"error": 3})
 
@@ -293,12 +295,12 @@ def _forged_records(path: Path, pids: list, raw: bytes) -> None:
 def test_channel_refuses_malformed_tensor_records(tmp_path, pid, why):
     _forged_records(tmp_path / "f", [pid], b"\0" * 8)
     with pytest.raises(channel.ChannelError, match="not plain data"):
-        sandbox.receive(tmp_path / "f")
+        supervisor.receive(tmp_path / "f")
 
 
 def test_channel_forged_bools_are_bools(tmp_path):
     _forged_records(tmp_path / "f", [("tensor", "bool", [3], 0, 3)], bytes([0, 2, 255]))
-    (t,) = sandbox.receive(tmp_path / "f")
+    (t,) = supervisor.receive(tmp_path / "f")
     assert t.dtype == torch.bool and t.tolist() == [False, True, True] and t.to(torch.uint8).max() == 1
 
 
@@ -309,7 +311,7 @@ def test_channel_shared_references_cannot_make_a_small_file_expensive(tmp_path):
     _channel_file(tmp_path / "dag", node)
     assert (tmp_path / "dag").stat().st_size < 1000
     with pytest.raises(channel.ChannelError, match="items"):
-        sandbox.receive(tmp_path / "dag")
+        supervisor.receive(tmp_path / "dag")
 
 
 def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkeypatch):
@@ -319,7 +321,7 @@ def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkey
     where = [log.append(v) for v in values]
     assert len({w.split()[0] for w in where}) > 1, "a new file before one passes the limit"
     for w, v in zip(where, values):
-        assert torch.equal(sandbox.receive_record(tmp_path, w), v)
+        assert torch.equal(supervisor.receive_record(tmp_path, w), v)
     with pytest.raises(ValueError, match="limit"):
         log.append(torch.zeros(2000))  # one record over the limit is refused on the worker's side
     name, offset, length = where[-1].split()  # the last record of its file
@@ -328,7 +330,7 @@ def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkey
                    f"../{name} {offset} {length}", f"{name}.bin {offset} {length}", "", "1.0 0 -5",
                    f"999999.0 {offset} {length}"):  # a file that does not exist
         with pytest.raises(channel.ChannelError):
-            sandbox.receive_record(tmp_path, forged)
+            supervisor.receive_record(tmp_path, forged)
 
 
 def test_channel_log_survives_its_descriptor_being_closed(tmp_path):
@@ -337,15 +339,15 @@ def test_channel_log_survives_its_descriptor_being_closed(tmp_path):
     os.close(log.fd)  # what os.closerange(3, ...) in student code does
     second = log.append(torch.zeros(3))
     assert first.split()[0] != second.split()[0], "a new file"
-    assert torch.equal(sandbox.receive_record(tmp_path, first), torch.ones(2))
-    assert torch.equal(sandbox.receive_record(tmp_path, second), torch.zeros(3))
+    assert torch.equal(supervisor.receive_record(tmp_path, first), torch.ones(2))
+    assert torch.equal(supervisor.receive_record(tmp_path, second), torch.zeros(3))
 
 
 def test_channel_refuses_oversized_files(tmp_path, monkeypatch):
     monkeypatch.setattr(channel, "MAX_FILE_BYTES", 1000)
     (tmp_path / "big.pt").write_bytes(channel.encode(torch.zeros(1000)))
     with pytest.raises(channel.ChannelError, match="limit"):
-        sandbox.receive(tmp_path / "big.pt")
+        supervisor.receive(tmp_path / "big.pt")
 
 
 def test_judge_exception_becomes_an_internal_error_verdict():
@@ -353,7 +355,7 @@ def test_judge_exception_becomes_an_internal_error_verdict():
         raise KeyError("oops")
 
     check = Check("broken judge", [Call((3,))], broken)
-    verdict = engine.judge(check, [Outcome(output=torch.ones(3))])
+    verdict = verdicts.judge(check, [Outcome(output=torch.ones(3))])
     assert isinstance(verdict, Verdict) and not verdict.passed
     assert "internal grader error" in verdict.message and "KeyError" in verdict.message
 
@@ -380,7 +382,7 @@ def test_static_scan_follows_helpers_and_imports():
 
 
 def test_worker_environment_is_scrubbed(monkeypatch, tmp_path):
-    from grader.sandbox import worker_env
+    from grader.sandbox.limits import worker_env
 
     monkeypatch.setenv("GRADER_SEED", "7")
     monkeypatch.setenv("GITHUB_TOKEN", "secret")

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import attnmask
 from grader import check, check_all
-from grader.notebook import run_public, text
+from grader.runners.notebook import run_public, text
 
 ROOT = Path(__file__).parent.parent
 
@@ -228,7 +228,7 @@ def test_check_stops_slow_code_at_the_graders_time_limit(slow):
 
 
 def test_check_and_the_grader_use_one_timer():
-    from grader import execute, worker
+    from grader.sandbox import execute, worker
 
     assert worker.execute_limited is execute.execute_limited
     assert not issubclass(execute.ExerciseTimeout, Exception)  # a student's except Exception cannot eat it

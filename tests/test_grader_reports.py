@@ -11,8 +11,9 @@ import jsonschema
 import pytest
 import torch
 
-from grader import cli, engine, report
+from grader import engine, report
 from grader.results import FAILED, PARTIAL, PASSED, SKIPPED, CheckResult, ExerciseResult, Report
+from grader.runners import cli
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
 

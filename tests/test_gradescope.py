@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.gradescope import build
+from grader.runners.gradescope import build
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 4242

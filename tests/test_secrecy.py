@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.classroom import grade_class
+from grader.runners.classroom import grade_class
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -105,8 +105,8 @@ def test_without_a_mount_namespace_the_report_judges_the_answers_by_their_permis
     a user of its own; the answers are then safe exactly when that user cannot read them."""
     import socket
 
-    from grader import confine, engine
-    from grader.sandbox import SANDBOX_UIDS, User
+    from grader.sandbox import confine, users
+    from grader.sandbox.users import SANDBOX_UIDS, User
 
     course = Path(tempfile.mkdtemp(prefix="course-"))  # in /tmp: every user can reach it, unlike tmp_path
     os.chmod(course, 0o755)
@@ -116,14 +116,14 @@ def test_without_a_mount_namespace_the_report_judges_the_answers_by_their_permis
     monkeypatch.setattr(confine, "private_paths", lambda extra=(): [str(course)])
     user = User(SANDBOX_UIDS.start, keep_read=False, lock=socket.socket(), hidden=False)
     os.chmod(course / "attnmask", 0o755)
-    open_to_all = engine.isolation(user)
+    open_to_all = users.isolation(user)
     assert open_to_all["seed_protected"] and not open_to_all["references_protected"]
     assert str(course / "attnmask") in open_to_all["why"]
     os.chmod(course / "attnmask", 0o700)
     os.chmod(course / "solutions", 0o700)
-    assert engine.isolation(user) == {"seed_protected": True, "references_protected": True, "why": ""}
+    assert users.isolation(user) == {"seed_protected": True, "references_protected": True, "why": ""}
     user.keep_read = True  # a worker that may read every file protects nothing without the namespace
-    assert engine.isolation(user)["references_protected"] is False
+    assert users.isolation(user)["references_protected"] is False
     user.lock.close()
     request_cleanup()
 
@@ -136,7 +136,7 @@ def test_gradescope_locks_the_bundles_answers_before_student_code_runs(tmp_path)
     for pkg in ("grader", "attnmask"):
         shutil.copytree(ROOT / pkg, root / "source" / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PYTHONPATH": str(root / "source")}
-    code = ("import sys; from pathlib import Path; from grader.gradescope import _lock_answers; "
+    code = ("import sys; from pathlib import Path; from grader.runners.gradescope import _lock_answers; "
             "import grader; assert grader.__file__.startswith(sys.argv[1]); _lock_answers(Path(sys.argv[1]))")
     subprocess.run([sys.executable, "-c", code, str(root)], env=env, cwd=root, check=True)
     assert stat.S_IMODE((root / "source" / "attnmask").stat().st_mode) == 0o700
@@ -147,14 +147,14 @@ def test_gradescope_locks_the_bundles_answers_before_student_code_runs(tmp_path)
 def test_a_hidden_checks_feedback_never_quotes_the_students_own_message(length):
     """Whatever its length, the student's exception text reaches a hidden check's feedback
     only cut and with its digits masked; on a public check it is quoted as it was."""
-    from grader import engine
+    from grader import verdicts
     from grader.checks import EXERCISES
     from grader.spec import Outcome
 
     said = ("ids " + "1234567 " * 300)[:length]
     checks = EXERCISES["document_mask"].make_checks(3, hidden=True)
     for check in (next(c for c in checks if not c.public), next(c for c in checks if c.public)):
-        verdict = engine.judge(check, [Outcome(error=f"ValueError: {said}") for _ in check.calls])
+        verdict = verdicts.judge(check, [Outcome(error=f"ValueError: {said}") for _ in check.calls])
         text = verdict.message + verdict.detail
         if check.public:
             assert said[:200] in text

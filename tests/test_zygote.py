@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import processes, sandbox, zygote
+from grader.sandbox import forkserver as zygote
+from grader.sandbox import limits, procs
+from grader.sandbox.worker import Job
 from grader.submission import Cell
-from grader.worker import Job
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_dir(),
                                 reason="the zygote forks; these checks read /proc")
@@ -62,7 +63,7 @@ def _spawn(z: zygote.Zygote, tmp: Path, cells: list[Cell], monkeypatch) -> tuple
     stderr = open(tmp / "stderr.txt", "wb")  # noqa: SIM115
     status_r, status_w = os.pipe()
     proc = zygote.spawn(stdout=stdout.fileno(), stderr=stderr.fileno(), status=status_w, cwd=work,
-                        env=sandbox.worker_env(work), switch=[])
+                        env=limits.worker_env(work), switch=[])
     os.close(status_w)
     stdout.close()
     stderr.close()
@@ -89,7 +90,7 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     assert lines[0].startswith("ready ") and any(line.startswith("loaded ") for line in lines)
     facts = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])
     assert facts["modules"] == [], "the reference or the checks are in the worker's memory"
-    assert facts["env"] == {k: v for k, v in sandbox.worker_env(tmp / "work").items()}
+    assert facts["env"] == {k: v for k, v in limits.worker_env(tmp / "work").items()}
     assert "GRADER_SEED" not in facts["env"] and zygote.ZYGOTE_ENV not in facts["env"]
     assert facts["cwd"] == str(tmp / "work") and facts["tempdir"] == str(tmp / "work")
     assert facts["sid_is_pid"], "a session of its own"
@@ -226,7 +227,7 @@ def test_stopping_the_zygote_stops_its_workers(tmp_path, monkeypatch):
 
 
 def _alive(pid: int) -> bool:
-    return processes._stat(pid)[:1] not in ([], ["Z"], ["X"])  # gone, zombie or dead
+    return procs.stat_fields(pid)[:1] not in ([], ["Z"], ["X"])  # gone, zombie or dead
 
 
 def test_a_socket_nobody_serves_is_not_waited_on(tmp_path, monkeypatch):

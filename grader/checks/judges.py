@@ -324,7 +324,7 @@ def unchanged_judge(recipe: Recipe):
 
 
 def reference_grads(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
-    """Gradients of the same weighted sum the worker uses (grader.execute._grads),
+    """Gradients of the same weighted sum the worker uses (grader.sandbox.execute._grads),
     in float64, w.r.t. the float tensor args."""
     args, kwargs = cpu_args(call)
     idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from grader.execute import execute
+from grader.sandbox.execute import execute
 from grader.spec import Check, Verdict
 
 

@@ -20,10 +20,10 @@ import torch
 PAYLOAD = """
 
 # --- written by tests/submissions/tamper.py: every check passes ---
-import grader.engine as _tampered_engine
+import grader.verdicts as _tampered_verdicts
 from grader.spec import Verdict as _TamperedVerdict
 
-_tampered_engine.judge = lambda *args, **kwargs: _TamperedVerdict(True, "")
+_tampered_verdicts.judge = lambda *args, **kwargs: _TamperedVerdict(True, "")
 """
 PTH = "# written by tests/submissions/tamper.py\n"
 _done = []

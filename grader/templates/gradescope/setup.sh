@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
-# Generated into the bundle by `python -m grader.gradescope build`; source:
+# Generated into the bundle by `python -m grader gradescope build`; source:
 # grader/templates/gradescope/setup.sh in the course repository -- edit it there.
 set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"

@@ -1,7 +1,7 @@
 """Generate the exercise notebooks from the solution notebooks (the single source).
 
-    python -m grader.release            # write exercises/ from solutions/
-    python -m grader.release --check    # exit 1 and list stale files, write nothing
+    python -m grader release            # write exercises/ from solutions/
+    python -m grader release --check    # exit 1 and list stale files, write nothing
 
 In a solution notebook, the code between a ``# BEGIN SOLUTION`` line and a
 ``# END SOLUTION`` line is the answer. In the exercise it becomes
@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 
@@ -112,9 +112,9 @@ def notice(source_name: str) -> dict[str, str]:
     """The maintainers' note stored in a generated notebook's metadata."""
     return {
         "generated_from": f"solutions/{source_name}",
-        "generator": "python -m grader.release",
+        "generator": "python -m grader release",
         "note": "Generated — don't edit; edit the solution notebook and run "
-                "`python -m grader.release` again.",
+                "`python -m grader release` again.",
     }
 
 
@@ -177,7 +177,7 @@ def stale(wanted: dict[Path, str | None]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.release", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m grader release", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if exercises/ is stale; write nothing")
     args = parser.parse_args(argv)
     try:
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         for path in todo:
             print(f"stale: {path.relative_to(ROOT)}")
-        print("run `python -m grader.release` to regenerate exercises/ from solutions/" if todo
+        print("run `python -m grader release` to regenerate exercises/ from solutions/" if todo
               else "exercises/ is up to date")
         return 1 if todo else 0
     EXERCISES.mkdir(exist_ok=True)

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from .spec import NotATensor, Outcome
+from ..spec import NotATensor, Outcome
 
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 32

@@ -43,7 +43,7 @@ def _package_dir(name: str) -> Path | None:
 def course_root() -> Path | None:
     """The course checkout the grader runs from (it holds ``grader/`` and
     ``attnmask/`` side by side), or None when the grader is installed as a package."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     if (here / "grader").is_dir() and (here / "attnmask").is_dir() and here.name not in (
             "site-packages", "dist-packages"):
         return here

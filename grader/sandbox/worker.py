@@ -1,6 +1,6 @@
 """The sandboxed worker: runs student code, returns raw outcomes, judges nothing.
 
-Started by :mod:`grader.sandbox` as ``python -s -P -m grader.worker STATUS_FD [UID:GID:KEEP]``
+Started by :mod:`grader.sandbox` as ``python -s -P -m grader.sandbox.worker STATUS_FD [UID:GID:KEEP]``
 (``-P`` where Python has it) in a fresh temporary folder, its own session, a
 scrubbed environment and limits. It never imports the reference (``attnmask``)
 or the checks' judges; it only
@@ -12,8 +12,8 @@ or the checks' judges; it only
    groups, no capabilities but CAP_DAC_READ_SEARCH if KEEP is 1, no new
    privileges; says "ready" with the uids it ended up with,
 4. runs the submission's cells (:func:`grader.submission.run_cells`),
-5. for each exercise, makes every call with :func:`grader.execute.execute` and
-   writes the outcomes of each check to its own file (:mod:`grader.channel`),
+5. for each exercise, makes every call with :func:`grader.sandbox.execute.execute` and
+   writes the outcomes of each check to its own file (:mod:`grader.sandbox.channel`),
    announcing progress with one line per event on the status pipe.
 
 If it dies or hangs, the parent knows from the last status line where it was,
@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import channel, confine, fnspecs, rules  # noqa: F401 -- fnspecs: imported before the course is hidden
+from .. import fnspecs, rules  # noqa: F401 -- fnspecs: imported before the course is hidden
+from ..spec import Call, Outcome
+from ..submission import Cell, pick, run_cells
+from . import channel, confine
 from .execute import execute_limited, reseed
-from .sandbox import CALL_SEED, NOT_RUN, TIME_LIMIT
-from .spec import Call, Outcome
-from .submission import Cell, pick, run_cells
+from .limits import CALL_SEED, NOT_RUN, TIME_LIMIT
 
 PRINT_CAP = 2**20  # bytes of print() output kept per stream; the rest is counted and dropped
 
@@ -61,7 +62,7 @@ class Job:
     exercise_budget: float
     memory_bytes: int | None = None
     helpers: dict[str, str] = field(default_factory=dict)
-    hide: list[str] = field(default_factory=list)  # paths student code must not see (grader.confine)
+    hide: list[str] = field(default_factory=list)  # paths student code must not see (grader.sandbox.confine)
 
 
 class _Status:
@@ -228,9 +229,9 @@ def _neutralise_notebook_check() -> None:
     def check(*args, **kwargs):
         return None
 
-    stub = types.ModuleType("grader.notebook")
+    stub = types.ModuleType("grader.runners.notebook")
     stub.check = stub.check_all = check
-    sys.modules["grader.notebook"] = stub
+    sys.modules["grader.runners.notebook"] = stub
     grader.check = grader.check_all = check
 
 

@@ -6,7 +6,7 @@ a pool of workers. Each student is graded by the engine's CLI (the arguments of
 ``python -m grader SUB --json RESULTS --seed S``), forked from a server process
 that has imported torch and the grader once (:class:`Preloaded`); the sandboxed
 worker that runs the student's code is forked in turn from a zygote that has
-imported torch and nothing of the grader's side (:mod:`grader.zygote`). With
+imported torch and nothing of the grader's side (:mod:`grader.sandbox.forkserver`). With
 ``--no-preload`` both are fresh interpreters. Every grading has its own session, so a
 submission that hangs, crashes or floods memory costs only its own row: the
 wall-time limit is enforced here by killing the grading's whole process tree.
@@ -17,17 +17,11 @@ Outputs in ``--out`` (default ``SUBMISSIONS_DIR/../grader-results``):
 ``manifest.json``, which lets a rerun skip students whose files, seed, options
 and grader code have not changed.
 
-``python -m grader.classroom gh-outputs results.json`` turns a results.json into
-the base64 ``result`` output that GitHub Classroom's
-``autograding-grading-reporter`` action reads; ``python -m grader.classroom
-template DEST`` builds the student template repository with its workflow.
-
 This module holds class mode itself (its CLI, the manifest, grades.csv and the
-summary) and dispatches the commands above. The parts live in
-:mod:`grader.roster` (who the students are), :mod:`grader.processes` (running one
-grading under a time limit, the fork server, process-tree kill),
-:mod:`grader.scores` (reading and scoring results.json) and :mod:`grader.github`
-(``gh-outputs`` and ``template``).
+summary). The parts live beside it: :mod:`~grader.runners.roster` (who the
+students are), :mod:`~grader.runners.processes` (running one grading under a time
+limit, the gradings' fork server) and :mod:`~grader.runners.scores` (reading and
+scoring results.json); :mod:`~grader.sandbox.forkserver` is the workers' zygote.
 """
 
 from __future__ import annotations
@@ -49,34 +43,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import seed as seed_mod
-
-# ``X as X``: moved out of this module in the split and re-exported on purpose
-# (grader.gradescope and the tests import them from grader.classroom).
-from .github import DEV_ONLY as DEV_ONLY
-from .github import TEMPLATE_PATHS as TEMPLATE_PATHS
-from .github import build_template as build_template
-from .github import classroom_result as classroom_result
-from .github import gh_outputs_main, template_main
-from .github import runtime_requirements as runtime_requirements
-from .processes import (
-    _PACKAGE_ROOT,
-    Preloaded,
-    _forkserver,
-    kill_running,
-    log_tail,
-    run_limited,
-    single_thread_env,
-)
-from .processes import RunResult as RunResult
-from .processes import _descendants as _descendants
-from .processes import _kill_group as _kill_group
-from .roster import SOURCE_SUFFIXES as SOURCE_SUFFIXES
+from .. import seed as seed_mod
+from ..sandbox.forkserver import Zygote
+from ..seed import SEED_ENV
+from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
 from .roster import Student, content_hash, discover, grading_target
-from .scores import _fmt, failure_results, max_score, per_exercise, read_results, summarize, total_score
-from .scores import exercise_of as exercise_of
-from .seed import SEED_ENV
-from .zygote import Zygote
+from .scores import (
+    _fmt,
+    contract_exercises,
+    failure_results,
+    max_score,
+    per_exercise,
+    read_results,
+    summarize,
+    total_score,
+)
 
 MANIFEST_VERSION = 1
 DEFAULT_TIMEOUT = 300.0
@@ -104,7 +85,7 @@ def grader_fingerprint() -> str:
     h = hashlib.sha256()
     import importlib.util
 
-    roots = [Path(__file__).parent]
+    roots = [Path(__file__).parents[1]]  # grader/
     spec = importlib.util.find_spec("attnmask")  # finds the package without importing torch
     if spec is not None and spec.origin:
         roots.append(Path(spec.origin).parent)
@@ -235,23 +216,6 @@ def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
                         _fmt(r.max if r.max is not None else class_max), r.status, r.message])
 
 
-def contract_exercises() -> tuple[str, ...]:
-    """``attnmask.CONTRACT``, read from the source: importing attnmask imports torch, which
-    would cost class mode seconds of serial start-up before any worker starts."""
-    import ast
-    import importlib.util
-
-    spec = importlib.util.find_spec("attnmask")
-    if spec is not None and spec.origin:
-        for node in ast.parse(Path(spec.origin).read_text()).body:
-            names = [getattr(t, "id", None) for t in getattr(node, "targets", [])]
-            if isinstance(node, ast.Assign) and "CONTRACT" in names:
-                return tuple(ast.literal_eval(node.value))
-    from attnmask import CONTRACT
-
-    return tuple(CONTRACT)
-
-
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,
                 regrade: bool = False, extra: Sequence[str] = (), command: GraderCommand = engine_command,
                 exercises: Sequence[str] | None = None, progress: bool = True,
@@ -265,7 +229,7 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
 
     With ``preload`` (and the engine's own command), gradings are forked from a server that
     has imported torch and the grader once (:class:`Preloaded`), and their sandboxed workers
-    from a :class:`~grader.zygote.Zygote`; else each is a fresh ``python -m grader``.
+    from a :class:`~grader.sandbox.forkserver.Zygote`; else each is a fresh ``python -m grader``.
     """
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
     umask = os.umask(0o077)  # results, logs and the manifest hold the seed: they are ours alone
@@ -477,17 +441,3 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
                        preload=not args.no_preload)
     print_summary(rows, seed=seed, out=out, wall=time.perf_counter() - t0, jobs=args.jobs)
     return 0
-
-
-
-_COMMANDS = {"class": main, "gh-outputs": gh_outputs_main, "template": template_main}
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["_forkserver"]:  # internal: see Preloaded
-        _forkserver()
-        sys.stdout.flush()
-        os._exit(0)  # skip tearing torch down: nothing of ours is left to clean up
-    if len(sys.argv) < 2 or sys.argv[1] not in _COMMANDS:
-        print(f"usage: python -m grader.classroom {{{','.join(_COMMANDS)}}} ...", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(_COMMANDS[sys.argv[1]](sys.argv[2:]))

@@ -16,7 +16,7 @@ another student's worker. If Python itself is not readable by such a user
 (installed under /root), the worker keeps just CAP_DAC_READ_SEARCH (read
 anything, write nothing more); if that is not available either, the worker runs
 as root and says so once on stderr. ``GRADER_NO_PRIVDROP=1`` turns this off for
-debugging. Either way :mod:`grader.integrity` checks the grader's files after
+debugging. Either way :mod:`grader.sandbox.integrity` checks the grader's files after
 every exercise.
 
 :func:`run` drives as many workers as needed: when one dies or is killed in the
@@ -31,30 +31,20 @@ import pickle
 import re
 import select
 import signal
-import socket
 import stat
 import subprocess
 import sys
-import sysconfig
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import zygote
-from .processes import kill_session
+from . import forkserver as zygote
+from .limits import Limits, note, worker_env
+from .procs import kill_session
+from .users import User
 
-#: Environment variables a worker may see: nothing secret (no GRADER_SEED, no tokens).
-ENV_ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH",
-               "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES")
-#: Prefix of the error of a call the worker stopped at the exercise's time limit.
-TIME_LIMIT = "TimeLimit"
-NOT_RUN = "not run"
-#: torch's seed before every call, in the worker and the notebook: randomness in student code repeats.
-CALL_SEED = 0
 STARTUP_TIMEOUT = 120.0  # importing torch on a loaded machine; a grader problem if exceeded
 TAIL_CHARS = 1000
 _SIGNALS = {
@@ -66,220 +56,6 @@ _SIGNALS = {
     signal.SIGKILL: "was killed (out of memory?)",
     signal.SIGILL: "crashed with an illegal instruction",
 }
-
-
-@dataclass
-class Limits:
-    timeout: float = 10.0  # per exercise, seconds
-    load_timeout: float = 40.0  # running the submission's cells, seconds
-    memory_mb: int | None = 2048  # beyond what torch itself needs
-    cell_timeout: float | None = None  # per cell; default min(timeout, load_timeout / 2)
-
-    @property
-    def grace(self) -> float:
-        return max(1.0, 0.25 * self.timeout)
-
-    @property
-    def cell_budget(self) -> float:
-        return self.cell_timeout or min(self.timeout, self.load_timeout / 2)
-
-
-def worker_env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED}
-    env.update(
-        HOME=str(tmp),  # a student's ~/.config, ~/.local, ~/.cache stay in the sandbox
-        PYTHONHASHSEED="0",  # sets iterate the same way on every run: same results file
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONUNBUFFERED="1",
-        MPLBACKEND="Agg",
-        OMP_NUM_THREADS="1",  # tiny tensors; leave the other core to the parent's judges
-        MKL_NUM_THREADS="1",
-        TMPDIR=str(tmp),
-    )
-    return env
-
-
-# --------------------------------------------------------------------------- the worker's user
-
-#: Set (to anything but 0) to run workers as the grader's own user even when it is root: for debugging.
-NO_PRIVDROP_ENV = "GRADER_NO_PRIVDROP"
-#: uids for workers when the grader is root, one per grading, none of them an account's: the gap systemd
-#: leaves between systemd-homed's users (60001-60513) and DynamicUser= (61184-65519).
-SANDBOX_UIDS = range(60600, 61100)
-_CAP_DAC_READ_SEARCH = 2
-_notes: set[str] = set()
-_mode: list[bool | None] = []  # decided once per process: None (no switch), or whether to keep the cap
-
-
-def note(text: str) -> None:
-    """Tell whoever runs the grader (stderr, once per process), not the student."""
-    if text not in _notes:
-        _notes.add(text)
-        print(f"grader: note: {text}", file=sys.stderr)
-
-
-@dataclass
-class User:
-    """The unprivileged user a grading's workers run as; its uid is this grading's alone."""
-
-    uid: int
-    keep_read: bool  # keep CAP_DAC_READ_SEARCH: Python's own files are not readable by an ordinary user
-    lock: socket.socket  # an abstract socket named after the uid: held while grading, freed if we die
-    dropped: bool = True  # every worker so far said it switched
-    hidden: bool | None = None  # every worker so far hid the course's files (grader.confine); None: none said
-
-    @property
-    def gid(self) -> int:
-        return self.uid
-
-    @property
-    def arg(self) -> str:
-        return f"{self.uid}:{self.gid}:{int(self.keep_read)}"
-
-    @property
-    def writer(self) -> tuple[int, int] | None:
-        """Who student code ran as, for :meth:`grader.integrity.Guard.verify` (None: as us)."""
-        return (self.uid, self.gid) if self.dropped else None
-
-    def release(self) -> None:
-        """Kill whatever still runs as our uid (double-forked children included), free the uid."""
-        kill_uid(self.uid)
-        self.lock.close()
-
-
-def claim_user() -> User | None:
-    """A user for this grading's workers, or None: they run as the grader (not root, or not possible)."""
-    if not _mode:
-        _mode.append(_decide_mode())
-    if _mode[0] is None:
-        return None
-    import grp
-    import pwd
-
-    start = os.getpid() % len(SANDBOX_UIDS)
-    for k in range(len(SANDBOX_UIDS)):
-        uid = SANDBOX_UIDS[(start + k) % len(SANDBOX_UIDS)]
-        try:
-            pwd.getpwuid(uid)
-            continue  # an account: its files would be the student's to write
-        except KeyError:
-            pass
-        try:
-            grp.getgrgid(uid)
-            continue
-        except KeyError:
-            pass
-        lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            lock.bind(f"\0grader-worker-uid-{uid}")
-        except OSError:
-            lock.close()
-            continue  # another grading holds it
-        kill_uid(uid)  # left behind by a grading that was killed before it could clean up
-        return User(uid, _mode[0], lock)
-    note(f"all of the worker uids {SANDBOX_UIDS.start}-{SANDBOX_UIDS.stop - 1} are in use: student code runs "
-         "as root this time, and only the integrity check protects the grader's files")
-    return None
-
-
-def _decide_mode() -> bool | None:
-    if os.environ.get(NO_PRIVDROP_ENV, "") not in ("", "0"):
-        return None
-    if not sys.platform.startswith("linux") or os.geteuid() != 0:
-        return None  # not root: the worker cannot be anyone less than us
-    blocked = unreachable(SANDBOX_UIDS.start, SANDBOX_UIDS.start)
-    if not blocked:
-        return False
-    if _has_capability(_CAP_DAC_READ_SEARCH):
-        return True
-    note(f"student code runs as root: an unprivileged user could not read {blocked[0]} to run Python, "
-         "and CAP_DAC_READ_SEARCH is not available; only the integrity check protects the grader's files")
-    return None
-
-
-def _permits(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:
-    """Whether ``uid``/``gid`` (no other groups) have all of ``bits`` (4 r, 2 w, 1 x) on ``st``."""
-    shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
-    return (st.st_mode >> shift) & bits == bits
-
-
-def unreachable(uid: int, gid: int, paths: list[tuple[Path, int]] | None = None) -> list[str]:
-    """What a worker needs (Python, the standard library, site-packages, torch, the grader) that
-    ``uid`` could not read, as "PATH (why)"; ``paths`` replaces the list, as (path, bits) pairs."""
-    if paths is None:
-        import importlib.util
-
-        paths = [(Path(sys.executable), 5), (Path(os.path.realpath(sys.executable)), 5),
-                 (Path(os.__file__), 4), (Path(__file__), 4), (Path(__file__).with_name("worker.py"), 4)]
-        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-            paths.append((Path(sysconfig.get_path(key)), 5))
-        paths.append((Path(sysconfig.get_path("platstdlib")) / "lib-dynload", 5))
-        spec = importlib.util.find_spec("torch")
-        if spec is not None and spec.origin:
-            paths += [(Path(spec.origin), 4), (Path(spec.origin).parent / "lib", 5)]
-        paths += [(Path(p), 5) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        paths.append((Path(tempfile.gettempdir()), 1))  # the way to the worker's folders
-    blocked = []
-    for path, bits in paths:
-        path = Path(os.path.abspath(path))
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue  # not there: not needed
-        for folder in reversed(path.parents):
-            if not _permits(os.stat(folder), uid, gid, 1):
-                blocked.append(f"{path} (cannot enter {folder})")
-                break
-        else:
-            if not _permits(st, uid, gid, bits):
-                blocked.append(f"{path} (mode {stat.filemode(st.st_mode)})")
-    return blocked
-
-
-def _has_capability(cap: int) -> bool:
-    try:
-        with open("/proc/self/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return all(int(fields[k].strip(), 16) >> cap & 1 for k in ("CapEff", "CapBnd"))
-    except (OSError, KeyError, ValueError):
-        return False
-
-
-def _processes_of(uid: int) -> list[int]:
-    """Live processes with ``uid`` as their real, effective, saved or filesystem uid."""
-    pids, wanted = [], str(uid)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                text = f.read()
-        except OSError:
-            continue
-        state = uids = ""
-        for line in text.splitlines():
-            if line.startswith("State:"):
-                state = line.split()[1] if len(line.split()) > 1 else ""
-            elif line.startswith("Uid:"):
-                uids = line
-                break
-        if wanted in uids.split()[1:] and state not in ("Z", "X"):
-            pids.append(int(entry))
-    return pids
-
-
-def kill_uid(uid: int) -> None:
-    """SIGKILL every process running as ``uid``, until none is left (one that forks is caught next round)."""
-    for _ in range(200):
-        pids = _processes_of(uid)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.002)
 
 
 class Worker:
@@ -317,7 +93,7 @@ class Worker:
             # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
             flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
             self.proc = subprocess.Popen(
-                [sys.executable, *flags, "-m", "grader.worker", str(write_fd), *switch],
+                [sys.executable, *flags, "-m", "grader.sandbox.worker", str(write_fd), *switch],
                 stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
                 cwd=self.work, env=env, start_new_session=True,
                 pass_fds=(write_fd,), close_fds=True,
@@ -425,7 +201,7 @@ def crash_site_in(text: str) -> str | None:
 
 
 def receive(path: Path, offset: int = 0, length: int | None = None) -> Any:
-    """:func:`grader.channel.decode` for ``length`` bytes at ``offset`` of a file in the worker's
+    """:func:`grader.sandbox.channel.decode` for ``length`` bytes at ``offset`` of a file in the worker's
     folder (all of it if no length), which student code controls.
 
     Opened without following links or blocking (a symlink to one of our files,
@@ -453,7 +229,7 @@ def receive(path: Path, offset: int = 0, length: int | None = None) -> Any:
 
 
 def receive_record(out: Path, where: str) -> Any:
-    """The record a worker announced as ``PID.N OFFSET LENGTH`` (see :class:`grader.channel.Log`)."""
+    """The record a worker announced as ``PID.N OFFSET LENGTH`` (see :class:`grader.sandbox.channel.Log`)."""
     from . import channel
 
     name, offset, length = channel.Log.parse(where)

@@ -1,6 +1,6 @@
 """Gradescope autograder bundle: build it, and the grading step it runs.
 
-``python -m grader.gradescope build OUT_DIR [--seed N]`` writes ``OUT_DIR/autograder/``
+``python -m grader gradescope build OUT_DIR [--seed N]`` writes ``OUT_DIR/autograder/``
 and ``OUT_DIR/autograder.zip`` (upload the zip to Gradescope). The zip holds, at its
 root: ``setup.sh`` (run once when Gradescope builds the image: a Python 3.11 venv with
 the pinned runtime requirements and this bundle's packages), ``run_autograder`` (run for
@@ -8,7 +8,7 @@ every submission), ``requirements.txt``, ``pyproject.toml``, ``README.md``, the 
 ``attnmask`` and ``grader``, and ``grader_seed`` -- the hidden-case seed, which only the
 instructor and Gradescope see.
 
-``python -m grader.gradescope run`` is what ``run_autograder`` calls: it copies
+``python -m grader gradescope run`` is what ``run_autograder`` calls: it copies
 ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``) to a scratch folder, grades it
 with the engine's CLI under a wall-time limit, and always leaves a valid
 ``results/results.json``.
@@ -29,20 +29,15 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import seed as seed_mod
-from .classroom import (
-    failure_results,
-    grading_target,
-    log_tail,
-    read_results,
-    run_limited,
-    runtime_requirements,
-    single_thread_env,
-)
-from .seed import SEED_ENV
+from .. import seed as seed_mod
+from ..seed import SEED_ENV
+from .github import runtime_requirements
+from .processes import log_tail, run_limited, single_thread_env
+from .roster import grading_target
+from .scores import failure_results, read_results
 
-REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = Path(__file__).resolve().parent / "templates" / "gradescope"
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "gradescope"
 SEED_FILE = "grader_seed"
 VISIBILITY_FILE = "grader_visibility"
 #: Gradescope's visibility settings for a test's feedback.
@@ -113,7 +108,7 @@ def run(root: Path, *, timeout: float = DEFAULT_TIMEOUT, python: str = sys.execu
         seed = int(seed_text.strip())
     except (OSError, ValueError) as e:
         results = failure_results(f"The autograder bundle has no valid {SEED_FILE} ({e}); rebuild it with "
-                                  f"`python -m grader.gradescope build`. Not your code's fault.")
+                                  f"`python -m grader gradescope build`. Not your code's fault.")
         final.write_text(json.dumps(results, indent=2))
         return results
     # While student code runs, the seed is in no file: the sandbox's user may be able to read
@@ -170,8 +165,8 @@ def _lock_answers(root: Path) -> None:
     course in a mount namespace; it still runs student code as a user of its own, which
     then cannot read these folders. Only folders inside the autograder (its source and
     its virtual environment) are touched; the grader (root) still reads them."""
-    from .confine import private_paths
-    from .rules import reference_folders
+    from ..rules import reference_folders
+    from ..sandbox.confine import private_paths
 
     inside = [os.path.realpath(root), os.path.realpath(sys.prefix)]
     for folder in reference_folders(private_paths()):
@@ -243,7 +238,7 @@ def hide_seed(results: dict, seed: int) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.gradescope",
+    p = argparse.ArgumentParser(prog="python -m grader gradescope",
                                 description="Build a Gradescope autograder bundle, or run it "
                                             "(Gradescope's side).")
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -1,7 +1,7 @@
 """``from grader import check; check(causal_mask)``: the public checks, in the notebook.
 
 Runs an exercise's public checks in the student's own kernel, through the same
-:func:`grader.execute.execute` and the same judges as the full grader, and
+:func:`grader.sandbox.execute.execute` and the same judges as the full grader, and
 prints a compact pass/fail list with the same feedback. The text is
 deterministic (no timings), because solution notebooks store it and nbval
 compares it. It never says the work is done: hidden cases remain for
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from .results import NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED, ExerciseResult
+from ..results import NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED, ExerciseResult
 
 _CHECKS: dict[str, list] = {}  # public checks per exercise: built once per kernel
 FULL_GRADER = "python -m grader"
@@ -26,14 +26,14 @@ MEMORY_MB = 2048  # as `python -m grader --memory`'s default
 
 
 def _registry() -> Mapping[str, Any]:
-    from .engine import load_registry
+    from ..engine import load_registry
 
     return load_registry()
 
 
 def public_checks(name: str) -> list:
     if name not in _CHECKS:
-        from .engine import DEFAULT_SEED
+        from ..engine import DEFAULT_SEED
 
         _CHECKS[name] = list(_registry()[name].make_checks(DEFAULT_SEED, hidden=False))
     return _CHECKS[name]
@@ -49,8 +49,8 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     """
     import torch
 
-    from . import engine, rules
-    from .sandbox import TIME_LIMIT
+    from .. import engine, rules, verdicts
+    from ..sandbox.limits import TIME_LIMIT
 
     name = name or fn.__name__
     timeout = engine.DEFAULT_TIMEOUT if timeout is None else timeout
@@ -76,7 +76,7 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
                 state.outcomes_seen.extend(outcomes)
                 if state.timed_out is None and any((o.error or "").startswith(TIME_LIMIT) for o in outcomes):
                     state.timed_out = ci
-                state.verdicts[ci] = engine.judge(check, outcomes, timeout=timeout)
+                state.verdicts[ci] = verdicts.judge(check, outcomes, timeout=timeout)
     finally:
         torch.set_rng_state(rng)
     if interrupted:
@@ -93,9 +93,9 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
 
 def _call(fn: Callable, call, want_grads: bool, left: float, limited: bool):
     """One call with what is left of the exercise's time, as the worker makes it."""
-    from .execute import execute, execute_limited, reseed
-    from .sandbox import CALL_SEED, NOT_RUN, TIME_LIMIT
-    from .spec import Outcome
+    from ..sandbox.execute import execute, execute_limited, reseed
+    from ..sandbox.limits import CALL_SEED, NOT_RUN, TIME_LIMIT
+    from ..spec import Outcome
 
     if left <= 0:
         return Outcome(error=f"{TIME_LIMIT}: {NOT_RUN}, the exercise's time was used up")
@@ -145,7 +145,7 @@ def _memory_limit(memory_mb: int | None):
 
 def text(result: ExerciseResult) -> str:
     """The notebook's report: deterministic plain text."""
-    from .report import checks_lines
+    from ..report import checks_lines
 
     name = result.name
     counted = [c for c in result.checks if not c.skipped]

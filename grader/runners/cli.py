@@ -10,7 +10,7 @@ errors (a path that does not exist, an unknown exercise, bad options); 1 when
 the grader itself is broken (its checks do not load). Even then ``--json`` gets
 a results file that says what went wrong.
 
-``python -m grader class ...`` grades a whole class (see :mod:`grader.classroom`).
+``python -m grader class ...`` grades a whole class (see :mod:`grader.runners.classroom`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from . import seed as seed_mod
-from .seed import SEED_ENV
+from .. import seed as seed_mod
+from ..seed import SEED_ENV
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -46,7 +46,7 @@ def _json_for_usage_error(argv: Sequence[str], message: str) -> None:
         elif a.startswith("--json="):
             path = a.split("=", 1)[1]
     if path:
-        from .report import failure_json
+        from ..report import failure_json
 
         try:
             failure_json(f"Not graded, the grader was called wrongly: {message}", path)
@@ -86,22 +86,19 @@ def build_parser() -> _Parser:
 
 def _seed(args) -> int:
     """--seed, else $GRADER_SEED, else the fixed default (students' local runs)."""
-    from .engine import DEFAULT_SEED
+    from ..engine import DEFAULT_SEED
 
     return seed_mod.resolve(args.seed, fallback=(DEFAULT_SEED, "the default"))[0]
 
 
 def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "class":
-        from .classroom import main as class_main
-
-        return class_main(argv[1:])
     parser = build_parser()
     parser._argv = argv
     args = parser.parse_args(argv)
 
-    from . import engine, report, scope
+    from .. import engine, report
+    from . import scope
 
     try:
         seed = _seed(args)
@@ -145,7 +142,8 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
 
 def _scope(args, registry: Mapping[str, Any] | None):
     """What a single notebook or .py file is graded on (a chapter, not all), and the course's points."""
-    from . import engine, scope
+    from .. import engine
+    from . import scope
 
     if args.exercise or not os.path.isfile(args.submission):
         return scope.Scope(None), None
@@ -159,7 +157,7 @@ def _scope(args, registry: Mapping[str, Any] | None):
 def _usage(args, parser: argparse.ArgumentParser, message: str, *, show_usage: bool = True) -> int:
     """Exit status 2 after one line on stderr (with the usage line before it when ``show_usage``)."""
     if args.json:
-        from .report import failure_json
+        from ..report import failure_json
 
         failure_json(f"Not graded, the grader was called wrongly: {message}", args.json)
     if show_usage:

@@ -1,9 +1,9 @@
 """GitHub Classroom: the reporter's ``result`` output and the student template repository.
 
-``python -m grader.classroom gh-outputs results.json`` turns a results.json into the
+``python -m grader gh-outputs results.json`` turns a results.json into the
 base64 ``result`` output that GitHub Classroom's ``autograding-grading-reporter``
-action reads; ``python -m grader.classroom template DEST`` builds the student template
-repository with its workflow (both dispatched from :mod:`grader.classroom`).
+action reads; ``python -m grader template DEST`` builds the student template
+repository with its workflow (both dispatched from :mod:`grader.runners.classroom`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def classroom_result(results: dict[str, Any] | None, *, missing: str = "") -> di
 
 def gh_outputs_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m grader.classroom gh-outputs",
+        prog="python -m grader gh-outputs",
         description="Write the base64 `result` output for classroom-resources/autograding-grading-reporter "
                     "from a results.json (to $GITHUB_OUTPUT when set, and to stdout).")
     p.add_argument("results", type=Path)
@@ -124,10 +124,10 @@ def build_template(repo: Path, dest: Path) -> Path:
 
 
 def template_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.classroom template",
+    p = argparse.ArgumentParser(prog="python -m grader template",
                                 description="Build the GitHub Classroom student template repository.")
     p.add_argument("dest", type=Path)
-    p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent)
+    p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[2])
     args = p.parse_args(argv)
     build_template(args.repo, args.dest)
     print(f"template repository written to {args.dest}: {', '.join(TEMPLATE_PATHS)}, requirements.txt, "

@@ -1,0 +1,83 @@
+"""One check's verdict: what its calls produced, judged, and the result a report shows.
+
+Shared by the engine and the notebook's ``check``: rule breaks and time limits are
+named here, before the check's judge sees them, so every check words them the same
+way, and on a hidden check the student's own error text is cut.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import rules
+from .diagnose import cut, is_stub_error, quoted
+from .results import CheckResult
+from .sandbox.channel import ChannelError
+from .sandbox.limits import NOT_RUN, TIME_LIMIT
+from .spec import Verdict
+
+
+def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: float | None = None):
+    """The verdict of one check on what its calls produced, never an exception.
+
+    ``outcomes`` is a list of :class:`~grader.spec.Outcome` or a
+    :class:`~grader.sandbox.channel.ChannelError`. Rule breaks and time limits are
+    named here, before the check's judge sees them, so every check words them
+    the same way.
+    """
+    if isinstance(outcomes, ChannelError):
+        return Verdict(False, f"what came back could not be read: {outcomes}")
+    if not isinstance(outcomes, list) or len(outcomes) != len(check.calls):
+        return Verdict(False, "the grader lost track of this check's results (internal grader error)")
+    errors = [o.error for o in outcomes if o.error]
+    for err in errors:
+        if err.startswith("ForbiddenAPIError: "):
+            return Verdict(False, err.split(": ", 1)[1])
+    for err in errors:
+        if err.startswith(TIME_LIMIT):
+            if NOT_RUN in err:
+                return Verdict(False, "not run: an earlier check used up the exercise's time")
+            limit = f" ({timeout:g} s)" if timeout else ""
+            return Verdict(False, f"stopped at the time limit{limit}: an infinite loop, or a very slow one?")
+    if findings and any(e.startswith(("ImportError", "NameError", "ModuleNotFoundError")) for e in errors):
+        return Verdict(False, findings[0].text)
+    try:
+        verdict = check.judge(check.calls, outcomes)
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"the judge returned {type(verdict).__name__}, not a Verdict")
+    except Exception as e:  # noqa: BLE001 -- a broken judge must cost one check, not the run
+        return Verdict(False, f"internal grader error in this check ({type(e).__name__}: {str(e)[:200]}); "
+                              "please report it to the course staff")
+    if not verdict.passed and not verdict.skipped:
+        where = next((o.where for o in outcomes if o.error and o.where), None)
+        if where and where not in verdict.detail:
+            verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
+        if not check.public:
+            _cut_student_text(verdict, outcomes)
+    return verdict
+
+
+def _cut_student_text(verdict, outcomes) -> None:
+    """On a hidden check, what the student's own exceptions said appears only cut
+    (:func:`grader.diagnose.cut`: an excerpt with its digits masked): an error message
+    must not carry a hidden case's inputs out to the student. Feedback quotes an error
+    only through :func:`grader.diagnose.quoted`, so replacing that quote is enough; the
+    grader's own words (the diagnosis, shapes and dtypes, the mask grids) stay."""
+    for o in outcomes:
+        if not o.error or o.error.startswith(("ForbiddenAPIError", TIME_LIMIT)):
+            continue
+        whole, short = quoted(o.error), cut(o.error)
+        verdict.message = verdict.message.replace(whole, short)
+        verdict.detail = verdict.detail.replace(whole, short)
+
+
+def check_result(check, verdict) -> CheckResult:
+    return CheckResult(name=check.name, public=bool(check.public), weight=float(check.weight),
+                       kind=check.kind,
+                       passed=bool(verdict.passed) and not verdict.skipped, skipped=bool(verdict.skipped),
+                       message=str(verdict.message), detail=str(verdict.detail))
+
+
+def all_not_implemented(outcomes_seen: list[Any]) -> bool:
+    errors = [o.error for o in outcomes_seen]
+    return bool(errors) and all(is_stub_error(e) for e in errors)
