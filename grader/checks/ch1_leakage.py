@@ -10,6 +10,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check, FnSpec
 from . import judges as J
+from . import properties as P
 
 M = dg.MISTAKES
 
@@ -43,7 +44,7 @@ def causal_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
               for i, (name, args) in enumerate(public)]
     if not hidden:
         return checks
-    return checks + J.int_mask_checks(CAUSAL, seed, public, [("n = 2", (2,))],
+    return checks + P.int_mask_checks(CAUSAL, seed, public, [("n = 2", (2,))],
                                       lambda gen: (cases.integer(gen, 3, 12),))
 
 
@@ -108,6 +109,6 @@ def influence_matrix_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((FnSpec("elementwise", {"scale": 0.5 + float(torch.rand((), generator=gen))}), x()))]),
         J.values(R, "token mixing, d' ≠ d (random)", [Call((mix_fn(gen, L, d, d + 3), x()))]),
         J.values(R, "matches reference (float16 x)", [Call((mix_fn(gen, L, d, d), x(torch.float16)))]),
-        J.unchanged(R, "does not modify x", [Call((attention_fn(gen, d, True), x()))]),
-        J.on_cuda(R, "matches on CUDA", [Call((attention_fn(gen, d, True), x()))]),
+        P.unchanged(R, "does not modify x", [Call((attention_fn(gen, d, True), x()))]),
+        P.on_cuda(R, "matches on CUDA", [Call((attention_fn(gen, d, True), x()))]),
     ]

@@ -17,6 +17,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check, Outcome, Verdict
 from . import judges as J
+from . import properties as P
 
 M = dg.MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -71,10 +72,10 @@ def to_additive_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((m(B, 1, Lq, Lk),)), Call((m(Lq, Lk),), {"dtype": BF16}),
                   Call((m(B, 1, 1, Lk),), {"dtype": F16})]),
         J.dtypes(R, "returns the requested dtype", [Call((m(Lq, Lk),), {"dtype": d}) for d in cases.FLOATS]),
-        J.on_device(R, "stays on the mask's device (meta)",
+        P.on_device(R, "stays on the mask's device (meta)",
                     [Call((m(B, 1, Lq, Lk),), {"dtype": F16}, "meta"), Call((m(Lq, Lk),), device="meta")]),
-        J.unchanged(R, "does not modify the mask", [Call((m(Lq, Lk),))]),
-        J.on_cuda(R, "matches on CUDA", [Call((m(B, 1, Lq, Lk),), {"dtype": F16})]),
+        P.unchanged(R, "does not modify the mask", [Call((m(Lq, Lk),))]),
+        P.on_cuda(R, "matches on CUDA", [Call((m(B, 1, Lq, Lk),), {"dtype": F16})]),
         J.values(R, "a fully blocked row, dtype left at its default",
                  [Call((with_empty_row(m(B, 1, Lq, Lk), gen),))]),
     ]
@@ -171,12 +172,12 @@ def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((s(BF16), full())), Call((s(BF16), square()))]),
         J.values(R, "very negative scores (≈ -1e5)", [Call((very_negative, full()))]),
         J.dtypes(R, "keeps the scores' dtype", [Call((s(d), full())) for d in cases.FLOATS]),
-        J.gradients(R, "finite gradients, match reference", [Call((s(), full())), Call((s(BF16), square()))]),
-        J.unchanged(R, "does not modify inputs", [Call((s(), full()))]),
-        J.on_cuda(R, "matches on CUDA", [Call((s(F16), full())), Call((s(), keys()))]),
+        P.gradients(R, "finite gradients, match reference", [Call((s(), full())), Call((s(BF16), square()))]),
+        P.unchanged(R, "does not modify inputs", [Call((s(), full()))]),
+        P.on_cuda(R, "matches on CUDA", [Call((s(F16), full())), Call((s(), keys()))]),
         J.values(R, "large scores at blocked keys (≈ +1e4), with a fully masked row",
                  [Call(large_blocked(s(), full())), Call(large_blocked(s(F16), full()))]),
-        J.on_device(R, "runs on the inputs' device (meta)", [Call((s(), full()), device="meta")],
+        P.on_device(R, "runs on the inputs' device (meta)", [Call((s(), full()), device="meta")],
                     vectorised=False),
     ]
 
@@ -340,13 +341,13 @@ def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
               pair_judge(R, future_rows, M["future_leak"]), kind="property"),
         Check("padded tokens do not change real outputs", padding_pairs(gen, B + 1, 6, d),
               pair_judge(R, real_rows, M["padding_leak"]), kind="property"),
-        J.gradients(R, "finite gradients, match reference",
+        P.gradients(R, "finite gradients, match reference",
                     [Call((*qkv(), full())), Call((*qkv(BF16), keys()))]),
-        J.unchanged(R, "does not modify inputs", [Call((*qkv(), full()))]),
-        J.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), full())), Call((*qkv(), keys()))]),
+        P.unchanged(R, "does not modify inputs", [Call((*qkv(), full()))]),
+        P.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), full())), Call((*qkv(), keys()))]),
         J.values(R, "large scores at blocked keys, with a fully masked row",
                  [Call(large_blocked_qkv(*qkv(), keys())), Call(large_blocked_qkv(*qkv(), keys()))]),
-        J.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
+        P.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
                     [Call(qkv(), device="meta"), Call((*qkv(), full()), device="meta")], vectorised=False),
     ]
 

@@ -1,4 +1,8 @@
-"""Chapter 3, padding: ``padding_mask``."""
+"""Chapter 3, padding: ``padding_mask``.
+
+:func:`lengths_mask_checks` gives the hidden checks of a mask built from
+``(lengths, max_len)``; chapter 4 reuses it for ``decoder_mask``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check
 from . import judges as J
+from . import properties as P
 
 M = dg.MISTAKES
 
@@ -37,17 +42,26 @@ def padding_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     ]
     if not hidden:
         return checks
+    return checks + lengths_mask_checks(R, seed, (1, 5), (1, 12))
+
+
+def lengths_mask_checks(R: J.Recipe, seed: int, B_range: tuple[int, int], L_range: tuple[int, int],
+                        edges: tuple[Check, ...] = ()) -> list[Check]:
+    """The hidden checks of a mask built from ``(lengths, max_len)``: three random
+    cases (B and L drawn from the ranges), the ``edges``, then dtype, device (meta),
+    lengths unchanged and CUDA on one more case."""
     gen = cases.generator(seed, R.name)
     calls = []
     for _ in range(3):
-        B, L = cases.integer(gen, 1, 5), cases.integer(gen, 1, 12)
+        B, L = cases.integer(gen, *B_range), cases.integer(gen, *L_range)
         calls.append(Call((cases.lengths(gen, B, L), L)))
     B, L = cases.integer(gen, 2, 4), cases.integer(gen, 5, 9)
     lengths = cases.lengths(gen, B, L)
-    return checks + [
+    return [
         J.values(R, "matches reference (random B, lengths)", calls),
+        *edges,
         J.dtypes(R, "returns torch.bool", [Call((lengths, L))]),
-        J.on_device(R, "on lengths' device, vectorised (meta)", [Call((lengths, L), device="meta")]),
-        J.unchanged(R, "does not modify lengths", [Call((lengths, L))]),
-        J.on_cuda(R, "matches on CUDA", [Call((lengths, L))]),
+        P.on_device(R, "on lengths' device, vectorised (meta)", [Call((lengths, L), device="meta")]),
+        P.unchanged(R, "does not modify lengths", [Call((lengths, L))]),
+        P.on_cuda(R, "matches on CUDA", [Call((lengths, L))]),
     ]

@@ -11,10 +11,10 @@ import torch
 
 import attnmask as am
 
-from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check
 from . import judges as J
+from .ch3_padding import lengths_mask_checks
 
 M = dg.MISTAKES
 
@@ -61,18 +61,5 @@ def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     ]
     if not hidden:
         return checks
-    gen = cases.generator(seed, R.name)
-    calls = []
-    for _ in range(3):
-        B, L = cases.integer(gen, 2, 4), cases.integer(gen, 3, 10)
-        calls.append(Call((cases.lengths(gen, B, L), L)))
-    B, L = cases.integer(gen, 2, 4), cases.integer(gen, 5, 9)
-    lengths = cases.lengths(gen, B, L)
-    return checks + [
-        J.values(R, "matches reference (random B, lengths)", calls),
-        J.values(R, "one token (max_len = 1)", [Call((torch.tensor([1, 0, 1]), 1))], edge=True),
-        J.dtypes(R, "returns torch.bool", [Call((lengths, L))]),
-        J.on_device(R, "on lengths' device, vectorised (meta)", [Call((lengths, L), device="meta")]),
-        J.unchanged(R, "does not modify lengths", [Call((lengths, L))]),
-        J.on_cuda(R, "matches on CUDA", [Call((lengths, L))]),
-    ]
+    one_token = J.values(R, "one token (max_len = 1)", [Call((torch.tensor([1, 0, 1]), 1))], edge=True)
+    return checks + lengths_mask_checks(R, seed, (2, 4), (3, 10), (one_token,))

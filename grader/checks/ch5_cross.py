@@ -13,6 +13,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check
 from . import judges as J
+from . import properties as P
 from .ch2_softmax import pair_judge, softmax_mistakes, with_empty_row
 from .ch4_combined import decoder_mistakes
 
@@ -93,9 +94,9 @@ def encoder_decoder_masks_checks(seed: int = 0, hidden: bool = True) -> list[Che
         J.values(R, "one source and one target token",
                  [Call((torch.tensor([1, 0]), torch.tensor([1, 1]), 1, 1))], edge=True),
         J.dtypes(R, "returns torch.bool masks", [one]),
-        J.on_device(R, "on lengths' device, vectorised (meta)", [Call(one.args, device="meta")]),
-        J.unchanged(R, "does not modify the lengths", [one]),
-        J.on_cuda(R, "matches on CUDA", [one]),
+        P.on_device(R, "on lengths' device, vectorised (meta)", [Call(one.args, device="meta")]),
+        P.unchanged(R, "does not modify the lengths", [one]),
+        P.on_cuda(R, "matches on CUDA", [one]),
     ]
 
 
@@ -228,13 +229,13 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
               pair_judge(R, mha_future_rows, M["future_leak"]), kind="property"),
         Check("padded tokens do not change real outputs", self_pairs(gen, B + 1, 6, 8, 2, "padding"),
               pair_judge(R, mha_real_rows, M["padding_leak"]), kind="property"),
-        J.gradients(R, "finite gradients, match reference", [call(), call(BF16, mask="keys")]),
-        J.unchanged(R, "does not modify inputs", [call()]),
-        J.on_cuda(R, "matches on CUDA", [call(F16), call(mask="keys")]),
+        P.gradients(R, "finite gradients, match reference", [call(), call(BF16, mask="keys")]),
+        P.unchanged(R, "does not modify inputs", [call()]),
+        P.on_cuda(R, "matches on CUDA", [call(F16), call(mask="keys")]),
         J.values(R, "fully masked query rows → zero output", [call(mask="empty"), call(BF16, mask="empty")]),
         J.values(R, "large scores at padded keys", [loud_padding(call(mask="keys"))]),
-        J.gradients(R, "finite gradients with a fully masked row", [call(mask="empty")]),
-        J.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
+        P.gradients(R, "finite gradients with a fully masked row", [call(mask="empty")]),
+        P.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
                     [meta(call(mask=None)), meta(call(mask="keys"))], vectorised=False),
     ]
 

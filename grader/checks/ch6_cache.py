@@ -12,6 +12,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check, Outcome, Verdict
 from . import judges as J
+from . import properties as P
 from .ch2_softmax import global_max, pair_judge
 
 M = dg.MISTAKES
@@ -141,10 +142,10 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         J.values(R, "float16", [Call(qkv(gen, B, H, n, T, d, F16))]),
         J.values(R, "bfloat16", [Call(qkv(gen, B, H, n, T, d, BF16))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call(qkv(gen, B, H, n, T, d, dt)) for dt in cases.FLOATS]),
-        J.gradients(R, "finite gradients, match reference", [Call(qkv(gen, B, H, n, T, d))]),
-        J.unchanged(R, "does not modify inputs", [Call(qkv(gen, B, H, n, T, d))]),
-        J.on_device(R, "runs on the inputs' device (meta)", [Call(qkv(gen, B, H, n, T, d), device="meta")]),
-        J.on_cuda(R, "matches on CUDA", [Call(qkv(gen, B, H, n, T, d, F16)), Call(qkv(gen, B, H, n, 0, d))]),
+        P.gradients(R, "finite gradients, match reference", [Call(qkv(gen, B, H, n, T, d))]),
+        P.unchanged(R, "does not modify inputs", [Call(qkv(gen, B, H, n, T, d))]),
+        P.on_device(R, "runs on the inputs' device (meta)", [Call(qkv(gen, B, H, n, T, d), device="meta")]),
+        P.on_cuda(R, "matches on CUDA", [Call(qkv(gen, B, H, n, T, d, F16)), Call(qkv(gen, B, H, n, 0, d))]),
         J.values(R, "large scores at the future new keys", [Call(loud_future(*qkv(gen, B, H, n, T, d)))]),
     ]
 

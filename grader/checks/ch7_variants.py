@@ -11,6 +11,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check
 from . import judges as J
+from . import properties as P
 from .ch1_leakage import square
 
 M = dg.MISTAKES
@@ -52,7 +53,7 @@ def sliding_window_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check
         return (n, cases.integer(gen, 2, n - 1))
 
     edges = [("window ≥ n is plain causal", (5, 5)), ("window > n", (4, 9)), ("n = 1", (1, 1))]
-    return checks + J.int_mask_checks(WINDOW, seed, public, edges, draw)
+    return checks + P.int_mask_checks(WINDOW, seed, public, edges, draw)
 
 
 # --------------------------------------------------------------------------- prefix_lm_mask
@@ -90,7 +91,7 @@ def prefix_lm_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         return (n, cases.integer(gen, 1, n - 1))
 
     edges = [("prefix_len = n sees everything", (5, 5)), ("n = 1", (1, 1)), ("n = 1, prefix_len = 0", (1, 0))]
-    return checks + J.int_mask_checks(PREFIX, seed, public, edges, draw)
+    return checks + P.int_mask_checks(PREFIX, seed, public, edges, draw)
 
 
 # --------------------------------------------------------------------------- document_mask
@@ -143,7 +144,7 @@ def document_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "one document, and one token",
                  [Call((torch.full((2, 5), 7),)), Call((torch.tensor([[3]]),))], edge=True),
         J.dtypes(R, "returns torch.bool", [Call((ids,))]),
-        J.on_device(R, "on doc_ids' device, vectorised (meta)", [Call((ids,), device="meta")]),
-        J.unchanged(R, "does not modify doc_ids", [Call((ids,))]),
-        J.on_cuda(R, "matches on CUDA", [Call((ids,))]),
+        P.on_device(R, "on doc_ids' device, vectorised (meta)", [Call((ids,), device="meta")]),
+        P.unchanged(R, "does not modify doc_ids", [Call((ids,))]),
+        P.on_cuda(R, "matches on CUDA", [Call((ids,))]),
     ]

@@ -19,6 +19,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..spec import Call, Check
 from . import judges as J
+from . import properties as P
 from .ch2_softmax import attention_mistakes, with_empty_row
 
 M = dg.MISTAKES
@@ -120,9 +121,9 @@ def left_padding_position_ids_checks(seed: int = 0, hidden: bool = True) -> list
         J.values(R, "a row of padding only; one token", [Call((edge,)), Call((rows([1]),)),
                                                          Call((left_padded(gen, 2, 5),))]),
         J.dtypes(R, "returns int64", [Call((keep,))]),
-        J.on_device(R, "on keep's device, vectorised (meta)", [Call((keep,), device="meta")]),
-        J.unchanged(R, "does not modify keep", [Call((keep,))]),
-        J.on_cuda(R, "matches on CUDA", [Call((anywhere,))]),
+        P.on_device(R, "on keep's device, vectorised (meta)", [Call((keep,), device="meta")]),
+        P.unchanged(R, "does not modify keep", [Call((keep,))]),
+        P.on_cuda(R, "matches on CUDA", [Call((anywhere,))]),
     ]
 
 
@@ -197,10 +198,10 @@ def packed_labels_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((tok(2, 5), torch.tensor([[2] * 5, [7] * 5]))), Call((tok(2, 4), singles)),
                   Call((tok(1, 1), torch.tensor([[0]])))]),
         J.dtypes(R, "returns int64", [Call((tok(), ids))]),
-        J.on_device(R, "on tokens' device, vectorised (meta)",
+        P.on_device(R, "on tokens' device, vectorised (meta)",
                     [Call((tok(), ids), device="meta"), Call((tok(), ids, -1), device="meta")]),
-        J.unchanged(R, "does not modify tokens or doc_ids", [Call((tok(), ids))]),
-        J.on_cuda(R, "matches on CUDA", [Call((tok(), ids))]),
+        P.unchanged(R, "does not modify tokens or doc_ids", [Call((tok(), ids))]),
+        P.on_cuda(R, "matches on CUDA", [Call((tok(), ids))]),
     ]
 
 
@@ -261,13 +262,13 @@ def gqa_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "large scores next to masked keys (≈ 1e5)", [Call((*qkv(scale=300.0), heads()))]),
         J.values(R, "float16, with a fully masked row", [Call((*qkv(F16), shared()))]),
         J.values(R, "bfloat16, with a fully masked row", [Call((*qkv(BF16), heads()))]),
-        J.gradients(R, "finite gradients with fully masked rows, match reference",
+        P.gradients(R, "finite gradients with fully masked rows, match reference",
                     [Call((*qkv(), heads())), Call((*qkv(hkv=1), square()))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call((*qkv(dt), square())) for dt in cases.FLOATS]),
-        J.on_device(R, "on the inputs' device (meta), with and without a mask",
+        P.on_device(R, "on the inputs' device (meta), with and without a mask",
                     [Call((*qkv(), shared()), device="meta"), Call(qkv(), device="meta")]),
-        J.unchanged(R, "does not modify inputs", [Call((*qkv(), heads()))]),
-        J.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), heads())), Call(qkv())]),
+        P.unchanged(R, "does not modify inputs", [Call((*qkv(), heads()))]),
+        P.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), heads())), Call(qkv())]),
     ]
 
 
@@ -332,7 +333,7 @@ def alibi_bias_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "dtype=float16 and bfloat16",
                  [Call(odd[0], {"dtype": F16}), Call(pow2[0], {"dtype": BF16})]),
         J.dtypes(R, "returns the requested dtype", [Call(odd[2], {"dtype": dt}) for dt in cases.FLOATS]),
-        J.on_device(R, "honours device= (meta), dtype left at its default",
+        P.on_device(R, "honours device= (meta), dtype left at its default",
                     [Call(odd[1], {"device": "meta"}), Call(pow2[1], {"device": "meta", "dtype": F16})]),
-        J.on_cuda(R, "matches on CUDA", [Call(odd[2]), Call(pow2[1], {"dtype": F16})], cuda_kwargs=True),
+        P.on_cuda(R, "matches on CUDA", [Call(odd[2]), Call(pow2[1], {"dtype": F16})], cuda_kwargs=True),
     ]

@@ -1,0 +1,267 @@
+"""Judges and check factories for the properties beyond values, shared by every chapter.
+
+Each takes a :class:`~grader.checks.judges.Recipe` and judges one property of the
+student's outcomes: on ``device`` (meta by default), the outputs' device, dtype
+and shape (:func:`on_device`); on CUDA, results that match the reference and the
+student's own CPU result (:func:`on_cuda`); tensor inputs left as they were
+(:func:`unchanged`); gradients that exist, are finite and match the reference's,
+computed here in float64 (:func:`gradients`). :func:`int_mask_checks` gives the
+hidden checks of a builder from integers, its values and dtype included.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import cases
+from .. import diagnose as dg
+from ..spec import Call, Check
+from .judges import (
+    Recipe,
+    as_list,
+    cpu_args,
+    dtypes,
+    expected_dtype,
+    fit,
+    float_dtype,
+    inputs_of,
+    judge_call,
+    reference,
+    values,
+)
+
+# --------------------------------------------------------------------------- judging properties
+
+def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
+    """Every output on ``device`` with the contract's dtype and shape (values unread).
+
+    With ``vectorised=False``, code that reads values back (``if mask.all():``)
+    is allowed: on the meta device that raises, and the check then cannot tell.
+    """
+
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            omitted = recipe.arg_names[len(call.args):]
+            if outcome.error is not None:
+                if not vectorised and dg.reads_values(outcome.error):
+                    continue
+                if omitted and dg.mixes_devices(outcome.error):
+                    return dg.fail(dg.MISTAKES["default_device"] + f" (left out: {', '.join(omitted)}; "
+                                   f"it raised {dg.quoted(outcome.error)})",
+                                   f"inputs on {device}: {inputs}")
+                return dg.fail(dg.explain_error(outcome.error), f"inputs on {device}: {inputs}")
+            got, msg = dg.unpack(outcome.output, recipe.out_names)
+            if msg:
+                return dg.fail(msg)
+            devices = outcome.devices if isinstance(outcome.devices, tuple | list) else (outcome.devices,)
+            args, kwargs = cpu_args(call)
+            want = reference(recipe, call)
+            for i, (out, g) in enumerate(zip(recipe.outs, got)):
+                dev = devices[i] if i < len(devices) else None
+                if dev != device:
+                    why = dg.MISTAKES["default_device" if omitted else "wrong_device"]
+                    return dg.fail(f"{out.name} is on {dev}; expected {device} — " + why,
+                                   f"inputs on {device}: {inputs}")
+                kind_dtype = expected_dtype(out, call, *cpu_args(call, wide=False))
+                if kind_dtype is not None and g.dtype != kind_dtype:
+                    return dg.fail(f"{out.name} is {dg.dtype_str(g.dtype)}; "
+                                   f"expected {dg.dtype_str(kind_dtype)}")
+                shape = out.shape(args, kwargs) if out.shape else tuple(want[i].shape)
+                _, msg = dg.fit_shape(g, shape, out.name, out.letters, exact=out.kind != "mask")
+                if msg:
+                    return dg.fail(msg, f"inputs on {device}: {inputs}")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def unchanged_judge(recipe: Recipe):
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            if outcome.error is not None:
+                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
+            after = outcome.args_after
+            if not isinstance(after, tuple | list) or len(after) != len(call.args):
+                return dg.fail("the inputs after the call were not recorded")
+            kept = recipe.kept if recipe.kept is not None else range(len(call.args))
+            for i in kept:
+                before = call.args[i]
+                if not isinstance(before, torch.Tensor):
+                    continue
+                name = recipe.arg_names[i]
+                rec = after[i]
+                if not isinstance(rec, dict) or not isinstance(rec.get("value"), torch.Tensor):
+                    return dg.fail(f"{name} after the call was not recorded")
+                value = rec["value"]
+                if value.shape != before.shape or value.dtype != before.dtype or not torch.equal(
+                        value.nan_to_num(0.123), before.nan_to_num(0.123)):
+                    return dg.fail(f"{name} was modified: " + dg.MISTAKES["in_place"],
+                                   f"inputs: {inputs_of(recipe, call)}")
+                if rec.get("grad_set"):
+                    return dg.fail(f"{name}.grad was set: compute gradients with torch.autograd.grad "
+                                   "(or on a detached copy) instead of calling .backward() on the inputs")
+                if rec.get("requires_grad_changed"):
+                    return dg.fail(f"{name}.requires_grad was changed: differentiate a detached copy "
+                                   "(x.detach().clone().requires_grad_()) instead of the input itself")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def reference_grads(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
+    """Gradients of the same weighted sum the worker uses (grader.sandbox.execute._grads),
+    in float64, w.r.t. the float tensor args."""
+    args, kwargs = cpu_args(call)
+    idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
+    args = tuple(a.requires_grad_(True) if i in idx else a for i, a in enumerate(args))
+    outs = [o for o in as_list(recipe.ref(*args, **kwargs))
+            if isinstance(o, torch.Tensor) and o.dtype.is_floating_point and o.requires_grad]
+    gen = torch.Generator().manual_seed(1234)
+    total = sum((o * torch.randn(o.shape, generator=gen).double()).sum() for o in outs)
+    grads = torch.autograd.grad(total, [args[i] for i in idx], allow_unused=True)
+    return dict(zip(idx, grads))
+
+
+def grads_judge(recipe: Recipe):
+    """Gradients exist, are finite, and (float32 calls) match the reference's."""
+
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            if outcome.error is not None:
+                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs}")
+            grads = outcome.grads
+            if not isinstance(grads, dict):
+                return dg.fail("no gradients were recorded", f"inputs: {inputs}")
+            if "error" in grads:
+                return dg.fail(f"the backward pass failed: {grads['error']}"[:300]
+                               + " — every output must come from differentiable torch operations "
+                                 "(no .detach(), torch.no_grad() or .item())", f"inputs: {inputs}")
+            want = reference_grads(recipe, call)
+            dtype = float_dtype(call)
+            for i, w in want.items():
+                name = recipe.arg_names[i]
+                g = grads.get(i)
+                if g is None:
+                    if w is not None and bool((w != 0).any()):
+                        return dg.fail(f"no gradient reaches {name}: every output must come from "
+                                       "differentiable torch operations on the inputs", f"inputs: {inputs}")
+                    continue
+                if not isinstance(g, torch.Tensor) or tuple(g.shape) != tuple(call.args[i].shape):
+                    return dg.fail(f"the gradient of {name} is {dg.describe(g)}; "
+                                   f"expected the shape of {name}")
+                if not bool(torch.isfinite(g).all()):
+                    return dg.fail(f"the gradient of {name} has NaN or inf: " + NAN_GRADS,
+                                   f"inputs: {inputs}")
+                # float32 gradients go through a few more roundings than the outputs:
+                # judge them at the float16 tolerance.
+                if dtype == torch.float32 and w is not None and bool(
+                        dg.bad_entries(g, w, GRAD_TOL).any()):
+                    wrong = judge_call(recipe, call, outcome)
+                    why = (f"because the outputs differ ({wrong.message})" if wrong is not None else
+                           "although the outputs match: every returned tensor must be computed from the "
+                           "inputs with differentiable operations (no .detach(), no torch.no_grad())")
+                    atol, rtol = dg.tolerance(GRAD_TOL)
+                    return dg.fail(f"the gradient of {name} differs from the reference {why}",
+                                   dg.number_detail(g, w, GRAD_TOL, f"grad {name}", inputs,
+                                                    f"gradient tolerance: |error| <= {atol:g} + "
+                                                    f"{rtol:g}·|expected|"))
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+GRAD_TOL = torch.float16
+
+NAN_GRADS = ("the softmax of an all -inf row is NaN in the backward pass too, even when the output is "
+             "patched afterwards, and an added -inf bias passes that NaN on to the scores. Use masked_fill "
+             "(its backward zeroes blocked positions) or keep fully masked rows finite before the softmax.")
+
+
+def cuda_judge(recipe: Recipe):
+    """Calls come in pairs (cuda, cpu): the CUDA result is on CUDA, matches the
+    reference, and matches the student's own CPU result."""
+
+    def judge(calls, outcomes):
+        for k in range(0, len(calls) - 1, 2):
+            call, out_gpu, out_cpu = calls[k], outcomes[k], outcomes[k + 1]
+            inputs = inputs_of(recipe, call)
+            if out_gpu.error is not None:
+                return dg.fail("on CUDA " + dg.explain_error(out_gpu.error), f"inputs on cuda: {inputs}")
+            got, msg = dg.unpack(out_gpu.output, recipe.out_names)
+            if msg:
+                return dg.fail("on CUDA " + msg)
+            devices = out_gpu.devices if isinstance(out_gpu.devices, tuple | list) else (out_gpu.devices,)
+            for i, out in enumerate(recipe.outs):
+                dev = devices[i] if i < len(devices) else None
+                if dev != "cuda":
+                    return dg.fail(f"{out.name} is on {dev}; expected cuda — " + dg.MISTAKES["wrong_device"])
+            verdict = judge_call(recipe, call, out_gpu)
+            if verdict is not None:
+                return dg.fail("on CUDA " + verdict.message, verdict.detail)
+            mine, msg = dg.unpack(out_cpu.output, recipe.out_names) if out_cpu.error is None else (None, "")
+            if mine is None:
+                continue  # the CPU result is judged by the CPU checks
+            args, kwargs = cpu_args(call)
+            dtype = float_dtype(call)
+            for i, out in enumerate(recipe.outs):
+                g, m, msg = fit(out, got[i], mine[i].to(got[i].dtype) if out.kind != "mask" else mine[i],
+                                args, kwargs)
+                if msg or g is None:
+                    continue
+                if out.kind == "mask":
+                    if not torch.equal(g, m):
+                        return dg.fail(f"{out.name} on CUDA differs from your CPU result",
+                                       dg.mask_detail(m, g, inputs))
+                elif not dg.close(g, m, dtype):
+                    return dg.fail(f"{out.name} on CUDA differs from your CPU result",
+                                   dg.number_detail(g, m, dtype, out.name, inputs))
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+# --------------------------------------------------------------------------- check factories
+
+def on_device(recipe: Recipe, name: str, calls: list[Call], device: str = "meta", *,
+              vectorised: bool = True) -> Check:
+    """Outputs on ``device``. A call that leaves optional arguments out checks the
+    tensors the function makes for them; ``vectorised`` (see :func:`device_judge`)."""
+    return Check(name, calls, device_judge(recipe, device, vectorised), kind="property")
+
+
+def unchanged(recipe: Recipe, name: str, calls: list[Call]) -> Check:
+    return Check(name, calls, unchanged_judge(recipe), kind="property")
+
+
+def gradients(recipe: Recipe, name: str, calls: list[Call]) -> Check:
+    return Check(name, calls, grads_judge(recipe), want_grads=True)
+
+
+def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool = False) -> Check:
+    """Each call runs on CUDA and on the CPU. With ``cuda_kwargs`` (builders from
+    integers) the device is passed as ``device=`` instead."""
+    pairs: list[Call] = []
+    for c in calls:
+        if cuda_kwargs:
+            pairs += [Call(c.args, {**c.kwargs, "device": "cuda"}, "cuda"),
+                      Call(c.args, {**c.kwargs, "device": "cpu"}, "cpu")]
+        else:
+            pairs += [Call(c.args, dict(c.kwargs), "cuda"), Call(c.args, dict(c.kwargs), "cpu")]
+    return Check(name, pairs, cuda_judge(recipe), requires="cuda")
+
+
+def int_mask_checks(R: Recipe, seed: int, public: list[tuple[str, tuple]], edges: list[tuple[str, tuple]],
+                    draw) -> list[Check]:
+    """The hidden checks of a builder from integers: edge cases, random cases from
+    ``draw(gen) -> args``, dtype (on the first public case), ``device=`` (meta) and CUDA."""
+    gen = cases.generator(seed, R.name)
+    random_args = [draw(gen) for _ in range(3)]
+    return [
+        *[values(R, name, [Call(args)], edge=True) for name, args in edges],
+        values(R, "matches reference (random sizes)", [Call(a) for a in random_args]),
+        dtypes(R, "returns torch.bool", [Call(public[0][1])]),
+        on_device(R, "honours device= (meta)", [Call(random_args[0], {"device": "meta"})]),
+        on_cuda(R, "matches on CUDA", [Call(random_args[-1])], cuda_kwargs=True),
+    ]
