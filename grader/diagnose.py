@@ -7,7 +7,7 @@ was expected and what to do.
 
 The classic mistakes are recognised by computing what the mistake would have
 returned (with the reference code, on the same inputs) and comparing: their
-messages live in :data:`MISTAKES`, one definition each, reused by every chapter.
+messages live in :data:`grader.mistakes.MISTAKES`, one definition each, reused by every chapter.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .cases import DTYPE_NAMES
+from .mistakes import MISTAKES
 from .results import masked
 from .spec import FnSpec, NotATensor, Verdict, plain
 
@@ -35,97 +36,6 @@ TOL: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (4e-3, 1e-2),
     torch.bfloat16: (3e-2, 5e-2),
 }
-
-#: The classic mistakes, in plain words: what is wrong and what to do.
-MISTAKES: dict[str, str] = {
-    "inverted": "the mask is inverted: it is True where attention must be blocked. "
-                "The convention is True = may attend (PyTorch SDPA); flip it with ~mask.",
-    "diagonal_excluded": "the diagonal is missing: query i must also see key i itself (j <= i, not j < i).",
-    "wrong_triangle": "the triangle is on the wrong side: query i may see keys j <= i (the past), "
-                      "not j >= i (the future). Use torch.tril, not torch.triu.",
-    "no_mask": "nothing is masked: every query sees every key.",
-    "no_causal": "the causal part is missing: query i must not see keys j > i.",
-    "after_softmax": "the mask is applied after the softmax: masked keys still took part in the "
-                     "normalisation, so the allowed weights no longer sum to 1. Fill the blocked scores "
-                     "with -inf before the softmax.",
-    "multiply_logits": "the scores are multiplied by the mask: a blocked score becomes 0, not -inf, so "
-                       "blocked keys still get weight. Fill blocked scores with -inf (masked_fill) before "
-                       "the softmax.",
-    "zero_times_inf": "NaN appears where attention is allowed: 0 * -inf is NaN. Build the bias with "
-                      "torch.where(mask, 0.0, float('-inf')) or masked_fill instead of multiplying.",
-    "fill_not_negative": "blocked keys still get weight when the real scores are very negative: a finite "
-                         "fill such as -1e4 is not below every score. Use float('-inf') or "
-                         "torch.finfo(dtype).min.",
-    "fill_overflow": "the fill value does not fit in this dtype (float16 ends at ±65504, so -1e9 overflows). "
-                     "Use float('-inf') or torch.finfo(scores.dtype).min.",
-    "nan_rows": "a fully masked row came back as NaN: the softmax of all -inf is 0/0. Return zeros for rows "
-                "with no allowed key (e.g. torch.where(mask.any(-1, keepdim=True), weights, 0)).",
-    "uniform_rows": "a fully masked row came back uniform (1/Lk each): a finite fill makes all blocked keys "
-                    "equal again. Return zeros for rows with no allowed key.",
-    "wrong_dim": "the softmax runs over the wrong dimension: normalise over the keys (dim=-1) so that "
-                 "each query row sums to 1.",
-    "scale_1_over_d": "the scores are scaled by 1/d; the contract says 1/sqrt(d).",
-    "no_scale": "the scores are not scaled: multiply q @ k^T by 1/sqrt(d).",
-    "scale_sqrt_D": "the scores are scaled by 1/sqrt(D), the model width; each head uses 1/sqrt(d) "
-                    "with d = D // n_heads.",
-    "queries_padded": "the padding masks query rows instead of key columns: a padded key must be hidden "
-                      "from every query, so the padding part must broadcast as (B, 1, 1, L), not "
-                      "(B, 1, L, 1). Padded query rows themselves stay unmasked.",
-    "rows_padded_too": "padded query rows are masked: the contract masks only padded keys, broadcast as "
-                       "(B, 1, 1, L), and a padded query row still sees the real keys before it (masking "
-                       "the rows, with or without the keys, gives this same wrong mask).",
-    "no_padding": "padding is ignored: key j of sequence b must be hidden when j >= lengths[b].",
-    "padding_off_by_one": "the padding is off by one: positions j < lengths[b] are real "
-                          "(not j <= lengths[b]).",
-    "enc_causal": "the encoder self-attention mask has a causal part: the encoder reads its source in "
-                  "both directions, so enc_self masks only the padded source keys.",
-    "cross_causal": "the cross-attention mask has a causal part: every target position may read the whole "
-                    "(real) source, so cross masks only the padded source keys.",
-    "cross_wrong_lengths": "the cross-attention keys are source positions: pad them with src_lengths, "
-                           "not tgt_lengths.",
-    "default_device": "a tensor made for an argument that was left out (e.g. a mask when mask=None) is on "
-                      "PyTorch's default device, the CPU, not the inputs' device: create it with "
-                      "device=q.device (or the input at hand), or skip it when the argument is None.",
-    "global_max": "the softmax's stabilising max was taken over the blocked entries too: when a blocked "
-                  "score is much larger than the allowed ones, the allowed weights underflow to 0 (or "
-                  "0/0 = NaN). Mask first (blocked scores -> -inf), then take the max, or let "
-                  "torch.softmax do it after masked_fill.",
-    "wrong_device": "the result is not on the input's device: create every tensor with "
-                    "device=<input>.device.",
-    "top_left": "the causal mask is aligned top-left: with T cached keys, new query i must see keys "
-                "0 .. T + i (bottom-right alignment), not 0 .. i.",
-    "window_off_by_one": "the window is off by one: it counts the query itself, so query i sees keys "
-                         "i - window + 1 .. i (i - j < window, not i - j <= window).",
-    "window_not_causal": "the window looks both ways: query i may see only keys j <= i with i - j < window.",
-    "prefix_le": "the prefix is one key too long: the prefix is the keys j < prefix_len, "
-                 "not j <= prefix_len.",
-    "prefix_and": "the two rules are combined with AND: a key is visible when j <= i OR j < prefix_len.",
-    "prefix_rows": "the prefix is applied to query rows: it is the prefix *keys* j < prefix_len that every "
-                   "query may see.",
-    "doc_no_causal": "the document mask is not causal: inside a document query i may only see keys j <= i.",
-    "doc_contiguous": "documents are assumed to be contiguous runs: equal ids mean the same document even "
-                      "when another document sits between them. Compare ids directly: "
-                      "doc_ids[:, :, None] == doc_ids[:, None, :].",
-    "not_vectorised": "the code reads tensor values back into Python or onto the CPU (.item(), .tolist(), "
-                      "int(t), .cpu(), or a loop or slice over a tensor). Build the mask with vectorised "
-                      "comparisons, e.g. torch.arange(L, device=lengths.device) < lengths[:, None]: it then "
-                      "works on any device without a GPU sync.",
-    "mixed_devices": "tensors on different devices were mixed: a tensor you created is on the CPU while the "
-                     "inputs are elsewhere. Create helper tensors with device=<input>.device.",
-    "no_kernel": "torch has no kernel for this operation on these inputs, most often because of the "
-                 "dtype (e.g. torch.tril on a uint16 tensor): build masks as torch.bool and scores in a "
-                 "floating dtype.",
-    "mixed_dtypes": "dtypes were mixed: a tensor you created (or a weight) has another dtype than the "
-                    "inputs. Create helpers with dtype=<input>.dtype, or compute in float32 and cast the "
-                    "result back.",
-    "future_leak": "changing tokens at positions >= t changed the outputs at positions < t: the future "
-                   "leaks into the past. Block every key j > i before the softmax.",
-    "padding_leak": "changing padded tokens changed the outputs of real tokens: padded keys still get "
-                    "weight. Block every key j >= lengths[b] before the softmax.",
-    "in_place": "an input was changed in place (an operation ending in _, or x[...] = ...). Inputs must stay "
-                "unchanged: use out-of-place operations (masked_fill, not masked_fill_) or work on a copy.",
-}
-
 
 # --------------------------------------------------------------------------- basics
 

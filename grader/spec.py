@@ -101,14 +101,30 @@ class Exercise:
 
     ``make_checks(seed, hidden=...)`` returns the public checks (fixed, the
     same ones the in-notebook ``check`` runs) and, when ``hidden`` is True, the
-    hidden randomized checks drawn from ``seed`` as well. Points are declared
-    once, in :data:`grader.checks.POINTS`.
+    hidden randomized checks drawn from ``seed`` as well. Each is declared once,
+    by :func:`exercise` on its checks in its chapter's module (``grader/checks/``).
     """
 
     name: str  # the function name, e.g. "causal_mask"
     chapter: int
     make_checks: Callable[..., list[Check]]
     points: float = 10.0
+    statement: str = ""  # the one-line task statement, as reports show it
+
+
+#: A chapter's ``NAME_checks(seed, hidden)``.
+Checks = Callable[..., list[Check]]
+
+
+def exercise(points: float, statement: str) -> Callable[[Checks], Checks]:
+    """Declare ``NAME_checks(seed, hidden)`` the checks of exercise NAME, worth ``points``,
+    with its one-line task statement; :mod:`grader.checks` gathers what is declared."""
+
+    def declare(make: Checks) -> Checks:
+        make.points, make.statement = points, statement
+        return make
+
+    return declare
 
 
 @dataclass(frozen=True)

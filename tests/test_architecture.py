@@ -22,7 +22,7 @@ MAX_LINES = 450
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the contract and the cases", ("grader.spec", "grader.cases", "grader.seed", "grader.results",
                                     "grader.fnspecs", "grader.rules", "grader.submission")),
-    ("checks and their feedback", ("grader.diagnose", "grader.checks", "grader.checks.*")),
+    ("checks and their feedback", ("grader.mistakes", "grader.diagnose", "grader.checks", "grader.checks.*")),
     ("the sandbox", ("grader.sandbox", "grader.sandbox.*")),
     ("reports", ("grader.report", "grader.terminal")),
     ("the engine", ("grader.verdicts", "grader.engine")),

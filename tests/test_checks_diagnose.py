@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from grader import diagnose as dg
+from grader.mistakes import MISTAKES
 from grader.spec import NotATensor
 
 
@@ -19,7 +20,7 @@ from grader.spec import NotATensor
 ])
 def test_errors_are_explained_in_plain_words(error, key):
     text = dg.explain_error(error)
-    assert dg.MISTAKES[key] in text and error.split(": ", 1)[1][:30] in text
+    assert MISTAKES[key] in text and error.split(": ", 1)[1][:30] in text
 
 
 def test_not_implemented_and_unknown_errors():

@@ -8,7 +8,7 @@ from buggy.mistakes import BUGS
 
 from grader.checks import EXERCISES
 from grader.checks.ch9_real import MISTAKES9
-from grader.diagnose import MISTAKES
+from grader.mistakes import MISTAKES
 
 #: Every named mistake: the shared ones and chapter 9's own.
 NAMED = {**MISTAKES, **MISTAKES9}

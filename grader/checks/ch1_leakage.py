@@ -8,11 +8,12 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
-from ..spec import Call, Check, FnSpec
+from ..mistakes import MISTAKES
+from ..spec import Call, Check, FnSpec, exercise
 from . import judges as J
 from . import properties as P
 
-M = dg.MISTAKES
+M = MISTAKES
 
 
 # --------------------------------------------------------------------------- causal_mask
@@ -37,6 +38,7 @@ CAUSAL = J.Recipe("causal_mask", am.causal_mask, ("n",),
                   (J.Out("mask", "mask", "(n, n)", square),), diagnose_causal)
 
 
+@exercise(5.0, "causal_mask(n, *, device=None): bool (n, n), True where key j <= query i.")
 def causal_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     public = [("matches reference (n=4)", (4,)), ("a single token sees itself (n=1)", (1,))]
     # the second public case is degenerate (edge): any mask with a True passes it
@@ -88,6 +90,8 @@ INFLUENCE = J.Recipe("influence_matrix", am.influence_matrix, ("f", "x"),
                      diagnose_influence, kept=(1,))
 
 
+@exercise(7.0, "influence_matrix(f, x): for x (L, d), the (L, L) matrix of Frobenius norms ||∂f(x)[i] / "
+          "∂x[j]||; x unchanged.")
 def influence_matrix_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = INFLUENCE
     pub = cases.generator(cases.PUBLIC_SEED, R.name)

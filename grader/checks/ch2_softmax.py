@@ -15,11 +15,12 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
-from ..spec import Call, Check, Outcome, Verdict
+from ..mistakes import MISTAKES
+from ..spec import Call, Check, Outcome, Verdict, exercise
 from . import judges as J
 from . import properties as P
 
-M = dg.MISTAKES
+M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
@@ -53,6 +54,8 @@ ADDITIVE = J.Recipe(
 )
 
 
+@exercise(5.0, "to_additive(mask, dtype=torch.float32): 0 where the mask is True, -inf (or <= "
+          "finfo(dtype).min) where False; same shape, requested dtype, on the mask's device.")
 def to_additive_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ADDITIVE
     pub = am.causal_mask(3, n_keys=4, align="top_left")  # (3, 4): readable, with both values
@@ -145,6 +148,8 @@ def with_empty_row(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return mask
 
 
+@exercise(7.0, "masked_softmax(scores, mask): softmax over the last dim with the bool mask applied "
+          "before normalising; fully masked rows give zeros, never NaN.")
 def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = SOFTMAX
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -302,6 +307,8 @@ def real_rows(call: Call) -> torch.Tensor:
 
 
 
+@exercise(8.0, "attention(q, k, v, mask=None): scaled dot-product attention with scale 1/sqrt(d); "
+          "returns (out (..., Lq, dv), weights (..., Lq, Lk)), zeros for fully masked rows.")
 def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ATTENTION
     pub = cases.generator(cases.PUBLIC_SEED, R.name)

@@ -12,11 +12,12 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
-from ..spec import Call, Check
+from ..mistakes import MISTAKES
+from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
 
-M = dg.MISTAKES
+M = MISTAKES
 
 
 def diagnose_padding(args, kwargs, got, index, dtype) -> str | None:
@@ -34,6 +35,8 @@ PADDING = J.Recipe("padding_mask", am.padding_mask, ("lengths", "max_len"),
                    (J.Out("mask", "mask", "(B, L)", lambda a, k: (a[0].shape[0], a[1])),), diagnose_padding)
 
 
+@exercise(5.0, "padding_mask(lengths, max_len): bool (B, max_len), True at positions < lengths[b]; "
+          "vectorised, on lengths' device.")
 def padding_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = PADDING
     checks = [

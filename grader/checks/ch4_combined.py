@@ -12,11 +12,12 @@ import torch
 import attnmask as am
 
 from .. import diagnose as dg
-from ..spec import Call, Check
+from ..mistakes import MISTAKES
+from ..spec import Call, Check, exercise
 from . import judges as J
 from .ch3_padding import lengths_mask_checks
 
-M = dg.MISTAKES
+M = MISTAKES
 
 
 def decoder_mistakes(lengths: torch.Tensor, L: int) -> list[dg.Candidate]:
@@ -53,6 +54,8 @@ DECODER = J.Recipe("decoder_mask", am.decoder_mask, ("lengths", "max_len"),
                    (J.Out("mask", "mask", "(B, 1, L, L)", decoder_shape),), diagnose_decoder)
 
 
+@exercise(7.0, "decoder_mask(lengths, max_len): broadcasts to (B, 1, L, L): causal AND key position < "
+          "lengths[b]; padded query rows are not masked.")
 def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = DECODER
     checks = [

@@ -11,13 +11,14 @@ from attnmask.mha import merge_heads, split_heads
 
 from .. import cases
 from .. import diagnose as dg
-from ..spec import Call, Check
+from ..mistakes import MISTAKES
+from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
 from .ch2_softmax import pair_judge, softmax_mistakes, with_empty_row
 from .ch4_combined import decoder_mistakes
 
-M = dg.MISTAKES
+M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
@@ -74,6 +75,8 @@ TITLES = ("enc_self: source key padding", "dec_self: causal + target key padding
           "cross: source key padding, no causal")
 
 
+@exercise(6.0, "encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len): (enc_self, dec_self, "
+          "cross) masks for (B,1,S,S), (B,1,T,T), (B,1,T,S).")
 def encoder_decoder_masks_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ENC_DEC
     pub = Call((torch.tensor([3, 5]), torch.tensor([4, 2]), 5, 4))
@@ -191,6 +194,8 @@ def mha_real_rows(call: Call) -> torch.Tensor:
     return call.args[-1][:, 0, 0, :]  # (B, L)
 
 
+@exercise(8.0, "multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None): (B, Lq, D) with "
+          "heads of width d = D // n_heads, weights applied as x @ w.T.")
 def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = MHA
     pub = cases.generator(cases.PUBLIC_SEED, R.name)

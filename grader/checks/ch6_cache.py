@@ -10,12 +10,13 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
-from ..spec import Call, Check, Outcome, Verdict
+from ..mistakes import MISTAKES
+from ..spec import Call, Check, Outcome, Verdict, exercise
 from . import judges as J
 from . import properties as P
 from .ch2_softmax import global_max, pair_judge
 
-M = dg.MISTAKES
+M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
@@ -121,6 +122,8 @@ def chunk_pairs(gen, B, H, n, T, d) -> list[Call]:
     return [Call(a), Call(b)]
 
 
+@exercise(7.0, "kv_cache_attention(q, k_new, v_new, k_cache, v_cache): n new tokens attend the cache and "
+          "themselves (query i sees keys 0 .. T + i); returns (out, k_all, v_all).")
 def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = CACHE
     pub = cases.generator(cases.PUBLIC_SEED, R.name)

@@ -17,12 +17,13 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
-from ..spec import Call, Check
+from ..mistakes import MISTAKES
+from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
 from .ch2_softmax import attention_mistakes, with_empty_row
 
-M = dg.MISTAKES
+M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 LONG = lambda a, k: torch.long  # noqa: E731
 
@@ -98,6 +99,8 @@ def left_padded(gen: torch.Generator, B: int, L: int) -> torch.Tensor:
     return torch.arange(L)[None, :] >= (L - lengths)[:, None]
 
 
+@exercise(5.0, "left_padding_position_ids(keep): int64 (B, L), each row's real tokens (keep True) "
+          "numbered 0, 1, 2, ... in order; 0 at padding.")
 def left_padding_position_ids_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = POSITIONS
     rows = lambda *r: torch.tensor(r, dtype=torch.bool)  # noqa: E731
@@ -172,6 +175,8 @@ def sorted_doc_ids(gen: torch.Generator, B: int, L: int) -> torch.Tensor:
     return torch.stack(rows)
 
 
+@exercise(5.0, "packed_labels(tokens, doc_ids, ignore_index=-100): int64 (B, L), tokens[b, t + 1] where "
+          "t + 1 is in t's document, else ignore_index; the last column is ignore_index.")
 def packed_labels_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = LABELS
     checks = [
@@ -227,6 +232,8 @@ GQA = J.Recipe("gqa_attention", am.gqa_attention, ("q", "k", "v", "mask"),
                (J.Out("out", "number", "(B, Hq, Lq, dv)"),), diagnose_gqa)
 
 
+@exercise(5.0, "gqa_attention(q, k, v, mask=None): (B, Hq, Lq, dv); query head h attends with key/value "
+          "head h // G (Hq = G * Hkv), scale 1/sqrt(d), zeros for fully masked rows.")
 def gqa_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = GQA
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -308,6 +315,8 @@ ALIBI = J.Recipe("alibi_bias", am.alibi_bias, ("n_heads", "Lq", "Lk"),
                  diagnose_alibi)
 
 
+@exercise(5.0, "alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32): (H, Lq, Lk) causal "
+          "ALiBi bias, bottom-right aligned: -slope_h * (pos_q - j), -inf for j > pos_q.")
 def alibi_bias_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ALIBI
     checks = [

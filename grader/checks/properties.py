@@ -15,6 +15,7 @@ import torch
 
 from .. import cases
 from .. import diagnose as dg
+from ..mistakes import MISTAKES
 from ..spec import Call, Check
 from .judges import (
     Recipe,
@@ -47,7 +48,7 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
                 if not vectorised and dg.reads_values(outcome.error):
                     continue
                 if omitted and dg.mixes_devices(outcome.error):
-                    return dg.fail(dg.MISTAKES["default_device"] + f" (left out: {', '.join(omitted)}; "
+                    return dg.fail(MISTAKES["default_device"] + f" (left out: {', '.join(omitted)}; "
                                    f"it raised {dg.quoted(outcome.error)})",
                                    f"inputs on {device}: {inputs}")
                 return dg.fail(dg.explain_error(outcome.error), f"inputs on {device}: {inputs}")
@@ -60,7 +61,7 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
             for i, (out, g) in enumerate(zip(recipe.outs, got)):
                 dev = devices[i] if i < len(devices) else None
                 if dev != device:
-                    why = dg.MISTAKES["default_device" if omitted else "wrong_device"]
+                    why = MISTAKES["default_device" if omitted else "wrong_device"]
                     return dg.fail(f"{out.name} is on {dev}; expected {device} — " + why,
                                    f"inputs on {device}: {inputs}")
                 kind_dtype = expected_dtype(out, call, *cpu_args(call, wide=False))
@@ -96,7 +97,7 @@ def unchanged_judge(recipe: Recipe):
                 value = rec["value"]
                 if value.shape != before.shape or value.dtype != before.dtype or not torch.equal(
                         value.nan_to_num(0.123), before.nan_to_num(0.123)):
-                    return dg.fail(f"{name} was modified: " + dg.MISTAKES["in_place"],
+                    return dg.fail(f"{name} was modified: " + MISTAKES["in_place"],
                                    f"inputs: {inputs_of(recipe, call)}")
                 if rec.get("grad_set"):
                     return dg.fail(f"{name}.grad was set: compute gradients with torch.autograd.grad "
@@ -196,7 +197,7 @@ def cuda_judge(recipe: Recipe):
             for i, out in enumerate(recipe.outs):
                 dev = devices[i] if i < len(devices) else None
                 if dev != "cuda":
-                    return dg.fail(f"{out.name} is on {dev}; expected cuda — " + dg.MISTAKES["wrong_device"])
+                    return dg.fail(f"{out.name} is on {dev}; expected cuda — " + MISTAKES["wrong_device"])
             verdict = judge_call(recipe, call, out_gpu)
             if verdict is not None:
                 return dg.fail("on CUDA " + verdict.message, verdict.detail)
