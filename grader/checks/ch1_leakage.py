@@ -42,12 +42,8 @@ CAUSAL = J.Recipe("causal_mask", am.causal_mask, ("n",),
 def causal_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     public = [("matches reference (n=4)", (4,)), ("a single token sees itself (n=1)", (1,))]
     # the second public case is degenerate (edge): any mask with a True passes it
-    checks = [J.values(CAUSAL, name, [Call(args)], public=True, edge=i == 1)
-              for i, (name, args) in enumerate(public)]
-    if not hidden:
-        return checks
-    return checks + P.int_mask_checks(CAUSAL, seed, public, [("n = 2", (2,))],
-                                      lambda gen: (cases.integer(gen, 3, 12),))
+    return P.int_mask_checks(CAUSAL, seed, hidden, public, [("n = 2", (2,))],
+                             lambda gen: (cases.integer(gen, 3, 12),))
 
 
 # --------------------------------------------------------------------------- influence_matrix

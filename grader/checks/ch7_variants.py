@@ -18,6 +18,16 @@ from .ch1_leakage import square
 M = MISTAKES
 
 
+def length_and_below(low: int):
+    """``draw(gen) -> (n, k)`` for random cases: a length 3 <= n <= 12 and low <= k < n."""
+
+    def draw(gen: torch.Generator) -> tuple[int, int]:
+        n = cases.integer(gen, 3, 12)
+        return (n, cases.integer(gen, low, n - 1))
+
+    return draw
+
+
 # --------------------------------------------------------------------------- sliding_window_mask
 
 def diagnose_window(args, kwargs, got, index, dtype) -> str | None:
@@ -45,17 +55,8 @@ WINDOW = J.Recipe("sliding_window_mask", am.sliding_window_mask, ("n", "window")
 def sliding_window_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     public = [("matches reference (n=6, window=3)", (6, 3)), ("window = 1 sees only itself (n=4)", (4, 1))]
     # the second public case is degenerate (edge): the transposed triangle passes it too
-    checks = [J.values(WINDOW, name, [Call(args)], public=True, edge=i == 1)
-              for i, (name, args) in enumerate(public)]
-    if not hidden:
-        return checks
-
-    def draw(gen):
-        n = cases.integer(gen, 3, 12)
-        return (n, cases.integer(gen, 2, n - 1))
-
     edges = [("window ≥ n is plain causal", (5, 5)), ("window > n", (4, 9)), ("n = 1", (1, 1))]
-    return checks + P.int_mask_checks(WINDOW, seed, public, edges, draw)
+    return P.int_mask_checks(WINDOW, seed, hidden, public, edges, length_and_below(2))
 
 
 # --------------------------------------------------------------------------- prefix_lm_mask
@@ -84,17 +85,8 @@ PREFIX = J.Recipe("prefix_lm_mask", am.prefix_lm_mask, ("n", "prefix_len"),
 def prefix_lm_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     public = [("matches reference (n=5, prefix_len=2)", (5, 2)), ("prefix_len = 0 is causal (n=4)", (4, 0))]
     # the second public case is degenerate (edge): plain causal passes it too
-    checks = [J.values(PREFIX, name, [Call(args)], public=True, edge=i == 1)
-              for i, (name, args) in enumerate(public)]
-    if not hidden:
-        return checks
-
-    def draw(gen):
-        n = cases.integer(gen, 3, 12)
-        return (n, cases.integer(gen, 1, n - 1))
-
     edges = [("prefix_len = n sees everything", (5, 5)), ("n = 1", (1, 1)), ("n = 1, prefix_len = 0", (1, 0))]
-    return checks + P.int_mask_checks(PREFIX, seed, public, edges, draw)
+    return P.int_mask_checks(PREFIX, seed, hidden, public, edges, length_and_below(1))
 
 
 # --------------------------------------------------------------------------- document_mask

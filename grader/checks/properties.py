@@ -253,13 +253,18 @@ def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool =
     return Check(name, pairs, cuda_judge(recipe), requires="cuda")
 
 
-def int_mask_checks(R: Recipe, seed: int, public: list[tuple[str, tuple]], edges: list[tuple[str, tuple]],
-                    draw) -> list[Check]:
-    """The hidden checks of a builder from integers: edge cases, random cases from
+def int_mask_checks(R: Recipe, seed: int, hidden: bool, public: list[tuple[str, tuple]],
+                    edges: list[tuple[str, tuple]], draw) -> list[Check]:
+    """The checks of a mask builder from integers: the ``public`` cases (the second one
+    degenerate, so an edge), and when ``hidden``, the ``edges``, random cases from
     ``draw(gen) -> args``, dtype (on the first public case), ``device=`` (meta) and CUDA."""
+    checks = [values(R, name, [Call(args)], public=True, edge=i == 1)
+              for i, (name, args) in enumerate(public)]
+    if not hidden:
+        return checks
     gen = cases.generator(seed, R.name)
     random_args = [draw(gen) for _ in range(3)]
-    return [
+    return checks + [
         *[values(R, name, [Call(args)], edge=True) for name, args in edges],
         values(R, "matches reference (random sizes)", [Call(a) for a in random_args]),
         dtypes(R, "returns torch.bool", [Call(public[0][1])]),
