@@ -85,6 +85,15 @@ def resolve(arg: int | None, *, fallback: tuple[int, str] | None = None) -> tupl
     return draw(), "drawn at random (none given)"
 
 
+def for_command(arg: int | None, *, fallback: tuple[int, str] | None = None) -> tuple[int, str]:
+    """:func:`resolve` for a command's main: a ``$GRADER_SEED`` that is not an integer
+    ends the command with the reason, not a traceback."""
+    try:
+        return resolve(arg, fallback=fallback)
+    except SeedError as e:
+        raise SystemExit(str(e)) from None
+
+
 def main() -> int:
     print(draw())
     return 0

@@ -369,19 +369,14 @@ def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: i
                   f"grades: {out / 'grades.csv'}")
 
 
-def _resolve_seed(arg: int | None, out: Path) -> tuple[int, str]:
-    """--seed, else $GRADER_SEED, else the seed of the last run into ``out``, else a fresh one."""
-    last = None
+def last_run_seed(out: Path) -> tuple[int, str] | None:
+    """The seed of the last class run into ``out`` and where it was read, if any: class
+    mode's fallback after --seed and $GRADER_SEED (:func:`grader.seed.resolve`)."""
     try:
-        manifest_seed = json.loads((out / "manifest.json").read_text()).get("seed")
-        if isinstance(manifest_seed, int):
-            last = (manifest_seed, f"the last run's manifest in {out}")
-    except (OSError, ValueError):
-        pass
-    try:
-        return seed_mod.resolve(arg, fallback=last)
-    except seed_mod.SeedError as e:
-        raise SystemExit(str(e)) from None
+        seed = json.loads((out / "manifest.json").read_text()).get("seed")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (seed, f"the last run's manifest in {out}") if isinstance(seed, int) else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -425,7 +420,7 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     if args.timeout <= 0:
         raise SystemExit(f"--timeout must be a positive number of seconds; got {args.timeout}.")
     out = args.out if args.out is not None else args.submissions.resolve().parent / "grader-results"
-    seed, origin = _resolve_seed(args.seed, out)
+    seed, origin = seed_mod.for_command(args.seed, fallback=last_run_seed(out))
     print(f"seed {seed} ({origin})", file=sys.stderr)
     extra: list[str] = []
     for name in args.exercise:

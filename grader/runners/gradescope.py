@@ -48,13 +48,6 @@ DEFAULT_TIMEOUT = 540.0
 _EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 
 
-def _resolve_seed(arg: int | None) -> tuple[int, str]:
-    try:
-        return seed_mod.resolve(arg, fallback=None)
-    except seed_mod.SeedError as e:
-        raise SystemExit(str(e)) from None
-
-
 def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path = REPO) -> Path:
     """Write the bundle folder and its zip into ``out_dir``; returns the zip's path.
 
@@ -253,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="wall-time limit in seconds (default $AUTOGRADER_TIMEOUT or %(default)s)")
     args = p.parse_args(argv)
     if args.cmd == "build":
-        seed, origin = _resolve_seed(args.seed)
+        seed, origin = seed_mod.for_command(args.seed)
         zip_path = build(args.out_dir, seed=seed, visibility=args.visibility)
         print(f"Gradescope bundle: {zip_path} (seed {seed}, {origin}). Upload the zip as the assignment's "
               f"autograder; keep it private -- it holds the seed.")
