@@ -24,7 +24,7 @@ from .mistakes import MISTAKES
 from .results import masked
 from .spec import FnSpec, NotATensor, Verdict, plain
 
-ALLOWED, BLOCKED, WRONG, RIGHT = "■", "·", "✗", " "
+ALLOWED, BLOCKED, WRONG = "■", "·", "✗"
 
 #: Per-dtype tolerance ``(atol, rtol)``: ``|got - want| <= atol + rtol * |want|``
 #: against a float64 reference computed from the same (rounded) inputs. Measured

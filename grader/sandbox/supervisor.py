@@ -102,7 +102,6 @@ class Worker:
         self.status = read_fd
         self._buf = b""
         self._eof = False
-        self.started = time.monotonic()
 
     def send(self, job: Any) -> None:
         """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
