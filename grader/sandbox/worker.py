@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
-import importlib
 import os
 import pickle
 import resource
@@ -39,7 +38,7 @@ import torch
 from .. import fnspecs, rules  # noqa: F401 -- fnspecs: imported before the course is hidden
 from ..spec import Call, Outcome
 from ..submission import Cell, pick, run_cells
-from . import channel, confine
+from . import channel, confine, deferred
 from .execute import execute_limited, reseed
 from .limits import CALL_SEED, NOT_RUN, TIME_LIMIT
 
@@ -190,31 +189,6 @@ def _set_limits(job: Job) -> None:
         pass
 
 
-class _DeferredDynamo(types.ModuleType):
-    """Stands in for ``torch._dynamo`` until something really needs it.
-
-    torch's Python meta kernels (the ``meta`` device, which the checks use) wrap
-    themselves in ``torch._dynamo.disable`` on first use, importing all of dynamo
-    (about a second) only to learn that nothing is being compiled. Here
-    ``disable`` is the identity; any other attribute imports the real module
-    (so ``torch.compile`` in student code still works).
-    """
-
-    def disable(self, fn=None, recursive=True, **kwargs):
-        return fn if fn is not None else (lambda f: f)
-
-    def __getattr__(self, name: str):
-        if sys.modules.get("torch._dynamo") is self:
-            del sys.modules["torch._dynamo"]
-        real = importlib.import_module("torch._dynamo")
-        return getattr(real, name)
-
-
-def _defer_dynamo() -> None:
-    if "torch._dynamo" not in sys.modules:
-        sys.modules["torch._dynamo"] = _DeferredDynamo("torch._dynamo")
-
-
 def _warm_up_meta() -> None:
     """torch's meta kernels import a lot on first use: pay that before any exercise's clock starts."""
     x = torch.arange(2, device="meta")
@@ -266,7 +240,7 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
 
 def prepare() -> None:
     """What every worker does before its job arrives (the zygote does it once for all)."""
-    _defer_dynamo()
+    deferred.install()
     # The parent is still building the checks: use the time (and keep it off the exercises' clocks).
     _warm_up_meta()
 
