@@ -13,16 +13,13 @@ messages live in :data:`grader.mistakes.MISTAKES`, one definition each, reused b
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
 from .cases import DTYPE_NAMES
-from .mistakes import MISTAKES
-from .results import masked
-from .spec import FnSpec, NotATensor, Verdict, plain
+from .spec import FnSpec, NotATensor, Verdict
 
 ALLOWED, BLOCKED, WRONG = "■", "·", "✗"
 
@@ -38,6 +35,11 @@ TOL: dict[torch.dtype, tuple[float, float]] = {
 }
 
 # --------------------------------------------------------------------------- basics
+
+def plain(t: torch.Tensor) -> bool:
+    """True for an honest tensor: not a subclass that could lie about equality."""
+    return type(t) is torch.Tensor
+
 
 def fail(message: str, detail: str = "") -> Verdict:
     return Verdict(False, message, detail)
@@ -87,73 +89,6 @@ def describe_args(names: Sequence[str], args: tuple, kwargs: dict | None = None)
 
 
 # torch's own NotImplementedError: no kernel for these inputs (e.g. tril on uint16), not a stub.
-_TORCH_NOT_IMPLEMENTED = re.compile(
-    r"not implemented for '|Could not run '|is not (currently )?implemented for")
-
-
-def is_stub_error(error: str | None) -> bool:
-    """Whether ``error`` (an outcome's "Type: message") is the stub's NotImplementedError."""
-    return (bool(error) and error.startswith("NotImplementedError")
-            and not _TORCH_NOT_IMPLEMENTED.search(error))
-
-
-_READS_VALUES = r"cannot be called on meta|Cannot copy out of meta|meta tensors? (has|have) no data"
-_MIXES_DEVICES = (r"not on the expected device|Expected all tensors to be on the same device|"
-                  r"device type .* does not match|on different devices")
-
-
-def reads_values(error: str) -> bool:
-    """Whether ``error`` says the code read tensor values (impossible on the meta device)."""
-    return bool(re.search(_READS_VALUES, str(error)))
-
-
-def mixes_devices(error: str) -> bool:
-    return bool(re.search(_MIXES_DEVICES, str(error)))
-
-
-EXCERPT_CHARS = 60
-
-
-def excerpt(said: str) -> str:
-    """What a student's exception said, as feedback on a hidden check may show it: at most
-    :data:`EXCERPT_CHARS` characters, digits masked, so that no hidden input rides out on it."""
-    short = masked(said, EXCERPT_CHARS)
-    note = " [a hidden case: your code's message is cut, its digits masked]"
-    return said if short == said else short + note
-
-
-def quoted(error: str) -> str:
-    """How feedback quotes a student's exception ("Type: message"): its first line, at most
-    300 characters. The one place that quotes it, so a hidden check can cut it (:func:`cut`)."""
-    first = str(error).splitlines()[0] if str(error) else "an error"
-    return first[:300] + "..." if len(first) > 300 else first
-
-
-def cut(error: str) -> str:
-    """:func:`quoted` as a hidden check shows it: the type, and an :func:`excerpt` of the message."""
-    kind, _, said = (str(error).splitlines() or [""])[0].partition(": ")
-    return f"{kind}: {excerpt(said)}" if said else quoted(error)
-
-
-def explain_error(error: str) -> str:
-    """The student's exception, in plain words (the original text follows)."""
-    text = str(error)
-    first = quoted(text)
-    rules: list[tuple[str, str]] = [
-        (_READS_VALUES, MISTAKES["not_vectorised"]),
-        (_TORCH_NOT_IMPLEMENTED.pattern, MISTAKES["no_kernel"]),
-        (r"^NotImplementedError", "not implemented yet: the function raised NotImplementedError."),
-        (r"without overflow", MISTAKES["fill_overflow"]),
-        (r"leaf Variable that requires grad is being used in an in-place", MISTAKES["in_place"]),
-        (_MIXES_DEVICES, MISTAKES["mixed_devices"]),
-        (r"same dtype|expected scalar type|dtype .* but got|Found dtype", MISTAKES["mixed_dtypes"]),
-    ]
-    for pattern, message in rules:
-        if re.search(pattern, text):
-            return f"{message} (it raised {first})"
-    return f"it raised {first}"
-
-
 # --------------------------------------------------------------------------- outputs
 
 def unpack(output: Any, names: Sequence[str]) -> tuple[list[torch.Tensor] | None, str | None]:

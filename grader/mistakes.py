@@ -2,7 +2,7 @@
 
 One definition each. The checks recognise a mistake by computing what it would have
 returned (:func:`grader.diagnose.name_mistake`) and quote its message from here; the
-error explanations (:func:`grader.diagnose.explain_error`) quote the same messages.
+error explanations (:func:`grader.errors.explain_error`) quote the same messages.
 """
 
 from __future__ import annotations

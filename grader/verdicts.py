@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import rules
-from .diagnose import cut, is_stub_error, quoted
+from .errors import cut, is_stub_error, quoted
 from .results import CheckResult
-from .sandbox.channel import ChannelError
-from .sandbox.limits import NOT_RUN, TIME_LIMIT
+from .sandbox.limits import NOT_RUN, TIME_LIMIT, ChannelError
 from .spec import Verdict
 
 
@@ -59,9 +58,9 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
 
 def _cut_student_text(verdict, outcomes) -> None:
     """On a hidden check, what the student's own exceptions said appears only cut
-    (:func:`grader.diagnose.cut`: an excerpt with its digits masked): an error message
+    (:func:`grader.errors.cut`: an excerpt with its digits masked): an error message
     must not carry a hidden case's inputs out to the student. Feedback quotes an error
-    only through :func:`grader.diagnose.quoted`, so replacing that quote is enough; the
+    only through :func:`grader.errors.quoted`, so replacing that quote is enough; the
     grader's own words (the diagnosis, shapes and dtypes, the mask grids) stay."""
     for o in outcomes:
         if not o.error or o.error.startswith(("ForbiddenAPIError", TIME_LIMIT)):

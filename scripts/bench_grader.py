@@ -48,7 +48,7 @@ def bench_cli(submission: Path, repeat: int) -> None:
     print(f"score: {data['score']:g} / {data['max_score']:g} ({len(data['tests'])} exercises)")
     print(f"python -c 'import torch':  median {t:.2f} s  (runs: {', '.join(f'{x:.2f}' for x in torch_s)})")
     print(f"python -m grader:          median {g:.2f} s  (runs: {', '.join(f'{x:.2f}' for x in grade_s)})")
-    print(f"ratio grader / import torch: {g / t:.2f}  (goal: <= 3.00)")
+    print(f"ratio grader / import torch: {g / t:.2f}  (goal: <= 1.25)")
 
 
 def bench_notebook(repeat: int) -> None:

@@ -22,7 +22,8 @@ MAX_LINES = 450
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the contract and the cases", ("grader.spec", "grader.cases", "grader.seed", "grader.results",
                                     "grader.fnspecs", "grader.rules", "grader.submission")),
-    ("checks and their feedback", ("grader.mistakes", "grader.diagnose", "grader.checks", "grader.checks.*")),
+    ("checks and their feedback", ("grader.mistakes", "grader.errors", "grader.diagnose", "grader.checks",
+                                   "grader.checks.*")),
     ("the sandbox", ("grader.sandbox", "grader.sandbox.*")),
     ("reports", ("grader.report", "grader.terminal")),
     ("the engine", ("grader.verdicts", "grader.engine")),
@@ -153,3 +154,17 @@ def test_no_module_is_longer_than_450_lines(package):
     long = {str(f.relative_to(ROOT)): n for f in (ROOT / package).rglob("*.py")
             if (n := len(f.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by what they hold: {long}"
+
+
+def test_the_engine_starts_its_worker_before_torch_is_imported():
+    """The worker imports torch while the parent does: so nothing the command line imports
+    before grade() starts the worker may import torch (it would put a second import of
+    torch on every grading's critical path)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import grader.engine, grader.report, grader.runners.cli, grader.verdicts; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", p.stdout

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from grader import diagnose as dg
+from grader import errors
 from grader.mistakes import MISTAKES
 from grader.spec import NotATensor
 
@@ -19,13 +20,13 @@ from grader.spec import NotATensor
     ("RuntimeError: expected m1 and m2 to have the same dtype, but got: c10::Half != float", "mixed_dtypes"),
 ])
 def test_errors_are_explained_in_plain_words(error, key):
-    text = dg.explain_error(error)
+    text = errors.explain_error(error)
     assert MISTAKES[key] in text and error.split(": ", 1)[1][:30] in text
 
 
 def test_not_implemented_and_unknown_errors():
-    assert dg.explain_error("NotImplementedError: fill in causal_mask").startswith("not implemented yet")
-    assert dg.explain_error("ValueError: boom") == "it raised ValueError: boom"
+    assert errors.explain_error("NotImplementedError: fill in causal_mask").startswith("not implemented yet")
+    assert errors.explain_error("ValueError: boom") == "it raised ValueError: boom"
 
 
 def test_grids_show_expected_and_got_with_wrong_cells_marked():
@@ -69,9 +70,9 @@ def test_torch_missing_kernel_is_not_mistaken_for_a_stub():
 
     torch_error = "NotImplementedError: \"tril\" not implemented for 'UInt16'"
     stub_error = "NotImplementedError: causal_mask: build the mask (see exercise 1.2)"
-    assert dg.is_stub_error(stub_error) and dg.is_stub_error("NotImplementedError: ")
-    assert not dg.is_stub_error(torch_error) and not dg.is_stub_error(None)
-    assert "no kernel" in dg.explain_error(torch_error) and "UInt16" in dg.explain_error(torch_error)
-    assert "not implemented yet" in dg.explain_error(stub_error)
+    assert errors.is_stub_error(stub_error) and errors.is_stub_error("NotImplementedError: ")
+    assert not errors.is_stub_error(torch_error) and not errors.is_stub_error(None)
+    assert "no kernel" in errors.explain_error(torch_error) and "UInt16" in errors.explain_error(torch_error)
+    assert "not implemented yet" in errors.explain_error(stub_error)
     assert all_not_implemented([Outcome(error=stub_error)])
     assert not all_not_implemented([Outcome(error=torch_error)])

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .. import diagnose as dg
+from .. import errors
 from ..fnspecs import build
 from ..spec import Call, Check, FnSpec, Outcome, Verdict
 
@@ -165,7 +166,7 @@ def judge_call(recipe: Recipe, call: Call, outcome: Outcome, only: Sequence[int]
     """None when every judged output matches the reference; else the failing verdict."""
     inputs = inputs_of(recipe, call)
     if outcome.error is not None:
-        return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs}")
+        return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs}")
     got, msg = dg.unpack(outcome.output, recipe.out_names)
     if msg:
         return dg.fail(msg, f"inputs: {inputs}")
@@ -212,7 +213,7 @@ def dtype_judge(recipe: Recipe):
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
             if outcome.error is not None:
-                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
+                return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
             got, msg = dg.unpack(outcome.output, recipe.out_names)
             if msg:
                 return dg.fail(msg)

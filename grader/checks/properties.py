@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import cases
+from .. import cases, errors
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check
@@ -45,13 +45,13 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
             inputs = inputs_of(recipe, call)
             omitted = recipe.arg_names[len(call.args):]
             if outcome.error is not None:
-                if not vectorised and dg.reads_values(outcome.error):
+                if not vectorised and errors.reads_values(outcome.error):
                     continue
-                if omitted and dg.mixes_devices(outcome.error):
+                if omitted and errors.mixes_devices(outcome.error):
                     return dg.fail(MISTAKES["default_device"] + f" (left out: {', '.join(omitted)}; "
-                                   f"it raised {dg.quoted(outcome.error)})",
+                                   f"it raised {errors.quoted(outcome.error)})",
                                    f"inputs on {device}: {inputs}")
-                return dg.fail(dg.explain_error(outcome.error), f"inputs on {device}: {inputs}")
+                return dg.fail(errors.explain_error(outcome.error), f"inputs on {device}: {inputs}")
             got, msg = dg.unpack(outcome.output, recipe.out_names)
             if msg:
                 return dg.fail(msg)
@@ -81,7 +81,7 @@ def unchanged_judge(recipe: Recipe):
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
             if outcome.error is not None:
-                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
+                return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
             after = outcome.args_after
             if not isinstance(after, tuple | list) or len(after) != len(call.args):
                 return dg.fail("the inputs after the call were not recorded")
@@ -131,7 +131,7 @@ def grads_judge(recipe: Recipe):
         for call, outcome in zip(calls, outcomes):
             inputs = inputs_of(recipe, call)
             if outcome.error is not None:
-                return dg.fail(dg.explain_error(outcome.error), f"inputs: {inputs}")
+                return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs}")
             grads = outcome.grads
             if not isinstance(grads, dict):
                 return dg.fail("no gradients were recorded", f"inputs: {inputs}")
@@ -189,7 +189,7 @@ def cuda_judge(recipe: Recipe):
             call, out_gpu, out_cpu = calls[k], outcomes[k], outcomes[k + 1]
             inputs = inputs_of(recipe, call)
             if out_gpu.error is not None:
-                return dg.fail("on CUDA " + dg.explain_error(out_gpu.error), f"inputs on cuda: {inputs}")
+                return dg.fail("on CUDA " + errors.explain_error(out_gpu.error), f"inputs on cuda: {inputs}")
             got, msg = dg.unpack(out_gpu.output, recipe.out_names)
             if msg:
                 return dg.fail("on CUDA " + msg)

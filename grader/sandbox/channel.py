@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from ..spec import NotATensor, Outcome
+from .limits import ChannelError
 
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 32
@@ -50,10 +51,6 @@ _DTYPES = {name: getattr(torch, name) for name in (
     "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
 ) if isinstance(getattr(torch, name, None), torch.dtype)}
-
-
-class ChannelError(Exception):
-    """What came back from the worker is not plain data."""
 
 
 class _Writer(pickle.Pickler):

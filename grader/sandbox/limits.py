@@ -20,6 +20,10 @@ TIME_LIMIT = "TimeLimit"
 NOT_RUN = "not run"
 #: torch's seed before every call, in the worker and the notebook: randomness in student code repeats.
 CALL_SEED = 0
+
+
+class ChannelError(Exception):
+    """What came back from the worker is not plain data (see :mod:`grader.sandbox.channel`)."""
 @dataclass
 class Limits:
     timeout: float = 10.0  # per exercise, seconds

@@ -1,0 +1,80 @@
+"""A student's exception, in plain words: recognised, quoted, and cut for hidden checks.
+
+Text only (no torch), so the engine reads verdicts without importing torch before
+its worker has started. An outcome's error is ``"Type: message"``; feedback quotes
+it only through :func:`quoted`, so that a hidden check can replace exactly that
+quote with its :func:`cut` form.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .mistakes import MISTAKES
+from .results import masked
+
+_TORCH_NOT_IMPLEMENTED = re.compile(
+    r"not implemented for '|Could not run '|is not (currently )?implemented for")
+
+
+def is_stub_error(error: str | None) -> bool:
+    """Whether ``error`` (an outcome's "Type: message") is the stub's NotImplementedError."""
+    return (bool(error) and error.startswith("NotImplementedError")
+            and not _TORCH_NOT_IMPLEMENTED.search(error))
+
+
+_READS_VALUES = r"cannot be called on meta|Cannot copy out of meta|meta tensors? (has|have) no data"
+_MIXES_DEVICES = (r"not on the expected device|Expected all tensors to be on the same device|"
+                  r"device type .* does not match|on different devices")
+
+
+def reads_values(error: str) -> bool:
+    """Whether ``error`` says the code read tensor values (impossible on the meta device)."""
+    return bool(re.search(_READS_VALUES, str(error)))
+
+
+def mixes_devices(error: str) -> bool:
+    return bool(re.search(_MIXES_DEVICES, str(error)))
+
+
+EXCERPT_CHARS = 60
+
+
+def excerpt(said: str) -> str:
+    """What a student's exception said, as feedback on a hidden check may show it: at most
+    :data:`EXCERPT_CHARS` characters, digits masked, so that no hidden input rides out on it."""
+    short = masked(said, EXCERPT_CHARS)
+    note = " [a hidden case: your code's message is cut, its digits masked]"
+    return said if short == said else short + note
+
+
+def quoted(error: str) -> str:
+    """How feedback quotes a student's exception ("Type: message"): its first line, at most
+    300 characters. The one place that quotes it, so a hidden check can cut it (:func:`cut`)."""
+    first = str(error).splitlines()[0] if str(error) else "an error"
+    return first[:300] + "..." if len(first) > 300 else first
+
+
+def cut(error: str) -> str:
+    """:func:`quoted` as a hidden check shows it: the type, and an :func:`excerpt` of the message."""
+    kind, _, said = (str(error).splitlines() or [""])[0].partition(": ")
+    return f"{kind}: {excerpt(said)}" if said else quoted(error)
+
+
+def explain_error(error: str) -> str:
+    """The student's exception, in plain words (the original text follows)."""
+    text = str(error)
+    first = quoted(text)
+    rules: list[tuple[str, str]] = [
+        (_READS_VALUES, MISTAKES["not_vectorised"]),
+        (_TORCH_NOT_IMPLEMENTED.pattern, MISTAKES["no_kernel"]),
+        (r"^NotImplementedError", "not implemented yet: the function raised NotImplementedError."),
+        (r"without overflow", MISTAKES["fill_overflow"]),
+        (r"leaf Variable that requires grad is being used in an in-place", MISTAKES["in_place"]),
+        (_MIXES_DEVICES, MISTAKES["mixed_devices"]),
+        (r"same dtype|expected scalar type|dtype .* but got|Found dtype", MISTAKES["mixed_dtypes"]),
+    ]
+    for pattern, message in rules:
+        if re.search(pattern, text):
+            return f"{message} (it raised {first})"
+    return f"it raised {first}"
