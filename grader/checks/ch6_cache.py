@@ -126,11 +126,10 @@ def chunk_pairs(gen, B, H, n, T, d) -> list[Call]:
           "themselves (query i sees keys 0 .. T + i); returns (out, k_all, v_all).")
 def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = CACHE
+    public = [("one new token, cache of T=3 (d=2)", (1, 1, 1, 3, 2)),  # (B, H, n, T, d)
+              ("empty cache T=0, n=3 new tokens", (1, 1, 3, 0, 2))]
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
-    checks = [
-        J.values(R, "one new token, cache of T=3 (d=2)", [Call(qkv(pub, 1, 1, 1, 3, 2))], public=True),
-        J.values(R, "empty cache T=0, n=3 new tokens", [Call(qkv(pub, 1, 1, 3, 0, 2))], public=True),
-    ]
+    checks = [J.values(R, name, [Call(qkv(pub, *dims))], public=True) for name, dims in public]
     if not hidden:
         return checks
     gen = cases.generator(seed, R.name)
