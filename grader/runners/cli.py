@@ -10,7 +10,8 @@ errors (a path that does not exist, an unknown exercise, bad options); 1 when
 the grader itself is broken (its checks do not load). Even then ``--json`` gets
 a results file that says what went wrong.
 
-``python -m grader class ...`` grades a whole class (see :mod:`grader.runners.classroom`).
+``python -m grader class ...`` grades a whole class (see :mod:`grader.runners.classroom`); the
+other subcommands are listed in :mod:`grader.__main__`.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def build_parser() -> _Parser:
         prog="python -m grader",
         description="Grade attention-masking exercises: a notebook, a .py file, or a folder of them.",
         epilog="Exit status: 0 when grading completed (whatever the score), 2 for usage errors. "
-               "`python -m grader class DIR` grades a whole class.",
+               "Other commands, each with its own --help: `python -m grader class DIR` grades a "
+               "whole class; `release`, `gradescope`, `template` and `gh-outputs` are the instructor's.",
     )
     p.add_argument("submission", help="an exercise notebook (.ipynb), a .py file, or a folder of them")
     p.add_argument("--json", metavar="PATH", help="write Gradescope results.json here")
