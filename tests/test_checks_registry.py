@@ -66,16 +66,29 @@ def test_same_seed_same_checks_other_seed_other_hidden_inputs(name):
     assert not _same(hidden(5), hidden(6))
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: as the grader's worker runs (OMP_NUM_THREADS=1)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("name", list(EXERCISES))
-def test_public_checks_run_fast_in_the_notebook(name):
+def test_public_checks_run_fast_in_the_notebook(name, one_thread):
+    """The checks' own cost, in CPU seconds of this process: time other processes take from these
+    CPUs (other test workers, other jobs) does not count. On one torch thread, since with two a
+    thread spins waiting for its partner while that one waits for a busy CPU: 0.01 s of work
+    measured 0.5 s on a loaded machine, on either clock."""
     checks = EXERCISES[name].make_checks(0, hidden=False)
     fn = getattr(correct, name)
     grade(fn, checks)  # warm-up: first calls pay for lazy imports
     seconds = []
-    for _ in range(3):  # the best of three: other jobs share these CPUs
-        t0 = time.perf_counter()
+    for _ in range(3):  # the best of three
+        t0 = time.process_time()
         verdicts = grade(fn, checks)
-        seconds.append(time.perf_counter() - t0)
+        seconds.append(time.process_time() - t0)
     assert min(seconds) < 0.3
     assert failures(verdicts) == {}
 

@@ -50,6 +50,7 @@ def test_partial_credit_follows_values_and_failed_properties_take_points_away():
     assert score_of([*values, edge, prop]) == pytest.approx(4 / 5 - 1 / 6)
 
 
+@pytest.mark.slow
 def test_constants_graded_end_to_end_score_zero(tmp_path):
     out = tmp_path / "results.json"
     p = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "constants.py"), "--json", str(out),

@@ -391,6 +391,7 @@ def _ex01(folder: Path, *, bug: bool = False) -> None:
     nbformat.write(nb, folder / "ex01_leakage.ipynb")
 
 
+@pytest.mark.slow
 def test_real_engine_on_a_mixed_class(tmp_path, capsys, monkeypatch):
     """End to end: the engine's CLI on correct, buggy, hanging, crashing, corrupt and empty work."""
     # Pinned: colleagues editing grader/ meanwhile would (rightly) make the rerun regrade.
@@ -477,6 +478,7 @@ def test_ctrl_c_stops_the_class_at_once_and_a_rerun_resumes(tmp_path, fake):
 
 
 @pytest.mark.parametrize("preload", [True, False], ids=["forked", "fresh"])
+@pytest.mark.slow
 def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, monkeypatch, preload):
     """The grader itself runs too long: class mode stops it, and its sandbox (in a session
     of its own) with it -- a descendant of the grading, or of the zygote it was forked from."""
@@ -513,6 +515,7 @@ def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, 
 
 
 @pytest.mark.parametrize("preload", [True, False], ids=["forked", "fresh"])
+@pytest.mark.slow
 def test_the_seed_is_not_on_any_command_line_student_code_can_read(tmp_path, preload):
     """Every process can read another's /proc/PID/cmdline: the grading's, its parents' and
     the sandbox's own must not hold the seed. The spy walks up from itself to this test's
@@ -547,6 +550,7 @@ def _readme_commands(text: str) -> list[str]:
             if line.split("#")[0].strip()]
 
 
+@pytest.mark.slow
 def test_template_readme_is_for_students_and_its_commands_work(tmp_path):
     dest = github.build_template(REPO, tmp_path / "template")
     readme = (dest / "README.md").read_text()

@@ -22,6 +22,7 @@ def run(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.Com
                           timeout=300, env=env)
 
 
+@pytest.mark.slow
 def test_correct_submission_scores_full_marks(tmp_path):
     paths = {k: tmp_path / f"out.{k}" for k in ("json", "xml", "md")}
     p = run(str(SUBMISSIONS / "correct.py"), "--json", str(paths["json"]), "--junit", str(paths["xml"]),
@@ -38,6 +39,7 @@ def test_correct_submission_scores_full_marks(tmp_path):
     assert paths["xml"].read_text().startswith("<?xml") and paths["md"].read_text().startswith("## Grader")
 
 
+@pytest.mark.slow
 def test_low_score_still_exits_zero(tmp_path):
     p = run(str(ROOT / "exercises" / "ex01_leakage.ipynb"), "--exercise", "causal_mask",
             "--json", str(tmp_path / "r.json"))
@@ -55,6 +57,7 @@ def test_missing_path_exits_2_with_results_file(tmp_path):
     assert data["score"] == 0 and "does not exist" in data["output"]
 
 
+@pytest.mark.slow
 def test_unknown_exercise_exits_2_with_results_file(tmp_path):
     p = run(str(SUBMISSIONS / "correct.py"), "--exercise", "causal_maks", "--json", str(tmp_path / "r.json"))
     assert p.returncode == 2
@@ -105,6 +108,7 @@ def _points(chapter: int | None = None) -> float:
     return sum(ex.points for ex in engine.load_registry().values() if chapter in (None, ex.chapter))
 
 
+@pytest.mark.slow
 def test_a_chapter_notebook_is_graded_on_its_chapter(tmp_path):
     p = run(str(ROOT / "solutions" / "ex01_leakage.ipynb"), "--json", str(tmp_path / "r.json"))
     assert p.returncode == 0, p.stderr
@@ -116,6 +120,7 @@ def test_a_chapter_notebook_is_graded_on_its_chapter(tmp_path):
     assert f"course total: {_points(1):g} / {_points():g} (only chapter 1 graded here)" in p.stdout
 
 
+@pytest.mark.slow
 def test_a_py_file_is_graded_on_the_functions_it_defines(tmp_path):
     mine = tmp_path / "mine.py"
     mine.write_text("import torch\n\n\ndef causal_mask(n, *, device=None):\n"
@@ -171,6 +176,7 @@ def _partly_finished(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_a_partly_finished_folder_fits_on_one_screen(tmp_path):
     folder = _partly_finished(tmp_path / "exercises")
     p = run(str(folder))

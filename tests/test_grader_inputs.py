@@ -104,6 +104,7 @@ def test_syntax_error_costs_only_the_functions_next_to_it(tmp_path):
     assert "SyntaxError" in pad.message and "partial.py" in pad.message
 
 
+@pytest.mark.slow
 def test_messy_notebook_costs_nothing(tmp_path):
     """Plots, a cell that raises, magics, a shell escape, a %%bash cell, a scratch
     loop, a hanging cell, sys.exit and check() calls; one cell with a syntax error."""
@@ -119,6 +120,7 @@ def test_messy_notebook_costs_nothing(tmp_path):
     assert "(it defines padding_mask)" in notes
 
 
+@pytest.mark.slow
 def test_exercise_stubs_score_zero_not_implemented():
     report = engine.grade(ROOT / "exercises")
     assert report.score == 0 and report.max_score > 0
@@ -127,6 +129,7 @@ def test_exercise_stubs_score_zero_not_implemented():
         assert e.message == NOT_IMPLEMENTED_MESSAGE
 
 
+@pytest.mark.slow
 def test_solution_notebooks_score_full_marks():
     report = engine.grade(ROOT / "solutions")
     failing = [(e.name, e.message) for e in report.exercises if e.status != PASSED]
@@ -134,6 +137,7 @@ def test_solution_notebooks_score_full_marks():
     assert report.score == report.max_score > 0
 
 
+@pytest.mark.slow
 def test_only_defined_exercises_are_graded_the_rest_not_found(tmp_path):
     src = (SUBMISSIONS / "correct.py").read_text()
     keep = src.split("def to_additive")[0]  # causal_mask and influence_matrix only
@@ -143,6 +147,7 @@ def test_only_defined_exercises_are_graded_the_rest_not_found(tmp_path):
     assert "defines no function named to_additive" in report.exercise("to_additive").message
 
 
+@pytest.mark.slow
 def test_misnamed_function_gets_a_hint(tmp_path):
     (tmp_path / "typo.py").write_text("def causal_masks(n, *, device=None):\n    return None\n")
     report = engine.grade(tmp_path / "typo.py", exercises=["causal_mask"])

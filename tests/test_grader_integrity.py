@@ -103,6 +103,7 @@ def _check_afterwards(copy: Copy, stub: Path, before: dict[str, bytes], privdrop
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the worker switches users only when the grader runs as root")
+@pytest.mark.slow
 def test_as_root_the_worker_cannot_write_the_grader_or_site_packages(copy, stub):
     before = copy.files()
     results, stderr = copy.grade(SUBMISSIONS / "tamper.py", privdrop=True)
@@ -117,6 +118,7 @@ def test_as_root_the_worker_cannot_write_the_grader_or_site_packages(copy, stub)
     _check_afterwards(copy, stub, before, privdrop=True)
 
 
+@pytest.mark.slow
 def test_changes_are_restored_and_exercises_after_them_score_zero(copy, stub):
     before = copy.files()
     results, _ = copy.grade(SUBMISSIONS / "tamper.py", privdrop=False)

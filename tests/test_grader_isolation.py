@@ -8,11 +8,15 @@ differently) serves most tests; a few small runs cover loading problems.
 from __future__ import annotations
 
 import ast
+import ctypes
 import json
 import os
 import pickle
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,16 +31,57 @@ from grader.spec import Call, Check, NotATensor, Outcome, Verdict
 SUBMISSIONS = Path(__file__).parent / "submissions"
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+#: Whether the grading of hostile.py ran with this process as the subreaper of what it started.
+_ADOPTING: list[bool] = []
+
+
+def _subreaper(on: bool) -> bool:
+    """Make this process (Linux) the one that inherits the orphans of everything it starts, instead of
+    init: a process the grading started stays this process's descendant whoever of its parents died."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _processes(*, of: int | None) -> list[tuple[int, list[bytes]]]:
+    """``(pid, command line)`` of every live process descended from ``of`` (of every one if None)."""
+    parent, cmdline = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        parent[int(entry)] = int(stat[stat.rfind(")") + 2:].split()[1])
+        if cmd:  # a zombie has none: dead, only not reaped
+            cmdline[int(entry)] = cmd.split(b"\0")
+    found = []
+    for pid, cmd in cmdline.items():
+        ancestor = pid
+        while of is not None and ancestor not in (of, 0, 1) and ancestor in parent:
+            ancestor = parent[ancestor]
+        if of is None or ancestor == of:
+            found.append((pid, cmd))
+    return found
+
+
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    """Grade hostile.py once, through the CLI, with a secret in the environment."""
+    """Grade hostile.py once, through the CLI, with a secret in the environment, and with this
+    process as the subreaper of what the grading starts (see test_no_stray_processes_survive)."""
     out = tmp_path_factory.mktemp("hostile-out")
     old = os.environ.get("GRADER_SEED")
     os.environ["GRADER_SEED"] = "4242"  # a secret the worker must never see
+    _ADOPTING[:] = [_subreaper(True)]
     try:
         code = cli.main([str(SUBMISSIONS / "hostile.py"), "--json", str(out / "results.json"),
                          "--timeout", "2", "--memory", "1024", "--quiet"])
     finally:
+        _subreaper(False)
         if old is None:
             del os.environ["GRADER_SEED"]
         else:
@@ -46,6 +91,7 @@ def hostile(tmp_path_factory):
     return code, results, tests
 
 
+@pytest.mark.slow
 def test_grading_completes_with_every_exercise_reported(hostile):
     code, results, tests = hostile
     assert code == 0
@@ -55,24 +101,28 @@ def test_grading_completes_with_every_exercise_reported(hostile):
     assert results["extra_data"]["seed"] == 4242  # the seed came from $GRADER_SEED, in the parent
 
 
+@pytest.mark.slow
 def test_interruptible_infinite_loop_times_out(hostile):
     _, results, tests = hostile
     assert results["extra_data"]["status"]["causal_mask"] == TIMED_OUT
     assert "time limit" in tests["causal_mask"]["output"]
 
 
+@pytest.mark.slow
 def test_loop_that_ignores_interruption_is_killed(hostile):
     _, results, tests = hostile
     assert results["extra_data"]["status"]["to_additive"] == TIMED_OUT
     assert "did not finish within 2 s" in tests["to_additive"]["output"]
 
 
+@pytest.mark.slow
 def test_os_exit_is_a_crash_of_that_exercise_only(hostile):
     _, results, tests = hostile
     assert results["extra_data"]["status"]["masked_softmax"] == CRASHED
     assert "os._exit()" in tests["masked_softmax"]["output"]
 
 
+@pytest.mark.slow
 def test_segfault_is_a_crash_of_that_exercise_only(hostile):
     _, results, tests = hostile
     assert results["extra_data"]["status"]["attention"] == CRASHED
@@ -81,6 +131,7 @@ def test_segfault_is_a_crash_of_that_exercise_only(hostile):
     assert "Fatal Python error" not in results["output"]
 
 
+@pytest.mark.slow
 def test_sys_exit_and_keyboard_interrupt_fail_their_checks(hostile):
     _, results, tests = hostile
     assert results["extra_data"]["status"]["padding_mask"] == FAILED
@@ -89,12 +140,14 @@ def test_sys_exit_and_keyboard_interrupt_fail_their_checks(hostile):
     assert "KeyboardInterrupt" in tests["decoder_mask"]["output"]
 
 
+@pytest.mark.slow
 def test_memory_hog_is_stopped(hostile):
     _, results, tests = hostile
     assert tests["encoder_decoder_masks"]["score"] == 0
     assert "MemoryError" in tests["encoder_decoder_masks"]["output"]
 
 
+@pytest.mark.slow
 def test_patched_comparisons_do_not_fool_the_judges(hostile):
     _, _, tests = hostile
     mha = tests["multi_head_attention"]
@@ -102,6 +155,7 @@ def test_patched_comparisons_do_not_fool_the_judges(hostile):
     assert "wrong values" in mha["output"]
 
 
+@pytest.mark.slow
 def test_lying_tensor_subclass_is_refused(hostile):
     _, _, tests = hostile
     kv = tests["kv_cache_attention"]
@@ -109,6 +163,7 @@ def test_lying_tensor_subclass_is_refused(hostile):
     assert "tensor subclass Liar" in kv["output"]
 
 
+@pytest.mark.slow
 def test_side_effects_that_are_not_cheating_cost_nothing(hostile):
     _, results, tests = hostile
     # Floods of output; stdin read, stray process and thread, cwd and env changed.
@@ -118,6 +173,7 @@ def test_side_effects_that_are_not_cheating_cost_nothing(hostile):
     assert len(results["output"]) < 10_000
 
 
+@pytest.mark.slow
 def test_forged_results_files_and_secrets_change_nothing(hostile, tmp_path):
     _, results, tests = hostile
     assert results["max_score"] == sum(t["max_score"] for t in results["tests"])
@@ -126,26 +182,54 @@ def test_forged_results_files_and_secrets_change_nothing(hostile, tmp_path):
     assert tests["document_mask"]["status"] == "passed", tests["document_mask"]["output"]
 
 
+@pytest.mark.slow
 def test_forbidden_import_in_the_worker_names_the_rule(hostile):
     _, _, tests = hostile
     assert "attnmask is off limits in exercises" in tests["influence_matrix"]["output"]
 
 
+@pytest.mark.slow
 def test_no_stray_processes_survive(hostile):
-    sleeping = []
-    for pid in os.listdir("/proc"):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd[:2] == [b"sleep", b"300"]:
-            sleeping.append(pid)
+    """hostile.py starts `sleep 300` and leaves it: the grading must have killed it. Orphaned, it
+    was inherited by this process (the subreaper), so it would be among this process's descendants;
+    other gradings on the machine (other workers of this run, other runs) do not count."""
+    mine = os.getpid() if _ADOPTING == [True] else None  # without a subreaper: every process
+    sleeping = [pid for pid, cmd in _processes(of=mine) if cmd[:2] == [b"sleep", b"300"]]
     assert not sleeping, f"stray processes left by the submission: {sleeping}"
+
+
+def test_the_stray_check_sees_an_orphaned_grandchild():
+    """What test_no_stray_processes_survive relies on: a process started by a child that has
+    since exited is still found among this process's descendants while it is the subreaper."""
+    if not _subreaper(True):
+        pytest.skip("no child subreaper here (Linux only)")
+    orphans = []
+    try:
+        # The shell starts sleep in a session of its own and exits at once: sleep is orphaned.
+        subprocess.run(["sh", "-c", "setsid sleep 299 </dev/null >/dev/null 2>&1 &"], check=True)
+        for _ in range(100):  # setsid may fork: wait for sleep itself
+            orphans = [pid for pid, cmd in _processes(of=os.getpid()) if cmd[:2] == [b"sleep", b"299"]]
+            if orphans:
+                break
+            time.sleep(0.05)
+    finally:
+        _subreaper(False)
+    assert orphans, "the orphan was not found among this process's descendants"
+    assert all(_parent(pid) == os.getpid() for pid in orphans)  # adopted, not init's
+    for pid in orphans:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[1])
 
 
 # --------------------------------------------------------------------------- loading
 
 
+@pytest.mark.slow
 def test_hang_at_import_costs_everything_but_ends_in_time():
     report = engine.grade(SUBMISSIONS / "hang_at_import.py", exercises=["causal_mask"], timeout=1,
                           load_timeout=3)
@@ -155,6 +239,7 @@ def test_hang_at_import_costs_everything_but_ends_in_time():
     assert report.execution_time < 60
 
 
+@pytest.mark.slow
 def test_slow_statement_at_import_is_stopped_and_the_rest_graded():
     report = engine.grade(SUBMISSIONS / "slow_import.py", exercises=["causal_mask"], timeout=2)
     assert report.exercise("causal_mask").status == PASSED
@@ -391,6 +476,7 @@ def test_worker_environment_is_scrubbed(monkeypatch, tmp_path):
     assert env["TMPDIR"] == str(tmp_path) and env["PYTHONHASHSEED"] == "0"
 
 
+@pytest.mark.slow
 def test_not_found_exercises_say_so(hostile):
     import ast
 

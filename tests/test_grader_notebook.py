@@ -209,6 +209,8 @@ def _swallows(n, *, device=None):
             pass
 
 
+# It checks that check() leaves SIGALRM's handler as it was and no timer running: its own limit uses neither.
+@pytest.mark.timeout(method="thread")
 @pytest.mark.parametrize("slow", [_endless, _sleeps, _swallows], ids=["loop", "sleep", "except-Exception"])
 def test_check_stops_slow_code_at_the_graders_time_limit(slow):
     import signal

@@ -68,6 +68,7 @@ def _comparable(text: str) -> dict:
     return data
 
 
+@pytest.mark.slow
 def test_results_json_validates_against_the_gradescope_schema(graded):
     data = json.loads(graded["a"]["json"])
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
@@ -81,12 +82,14 @@ def test_results_json_validates_against_the_gradescope_schema(graded):
     assert 0 < data["score"] < data["max_score"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_results_file(graded):
     assert _comparable(graded["a"]["json"]) == _comparable(graded["b"]["json"])
     assert graded["a"]["xml"] == graded["b"]["xml"]
     assert graded["a"]["md"] == graded["b"]["md"]
 
 
+@pytest.mark.slow
 def test_the_seed_is_in_every_report(graded):
     for tag, seed in (("a", 7), ("c", 8)):
         run = graded[tag]
@@ -96,12 +99,14 @@ def test_the_seed_is_in_every_report(graded):
         assert props["seed"] == str(seed)
 
 
+@pytest.mark.slow
 def test_exercise_option_grades_only_those(graded):
     c = _comparable(graded["c"]["json"])
     assert [t["name"].split()[0] for t in c["tests"]] == ["causal_mask", "padding_mask"]
     assert c["max_score"] == sum(t["max_score"] for t in c["tests"])
 
 
+@pytest.mark.slow
 def test_junit_xml_parses_and_counts_add_up(graded):
     root = ET.fromstring(graded["a"]["xml"])
     assert root.tag == "testsuites"
@@ -117,6 +122,7 @@ def test_junit_xml_parses_and_counts_add_up(graded):
     assert failure.get("message")
 
 
+@pytest.mark.slow
 def test_markdown_summary_has_the_table_and_feedback(graded):
     md = graded["a"]["md"]
     assert md.startswith("## Grader: ")
@@ -125,6 +131,7 @@ def test_markdown_summary_has_the_table_and_feedback(graded):
     assert "<details>" in md
 
 
+@pytest.mark.slow
 def test_cuda_checks_are_skipped_visibly_not_counted(graded):
     data = json.loads(graded["a"]["json"])
     cuda_lines = [line for t in data["tests"] for line in t["output"].splitlines() if "on CUDA" in line]

@@ -100,6 +100,7 @@ def test_bundle_holds_what_gradescope_needs(bundle):
         assert subprocess.run(["bash", "-n", str(bundle.parent / "autograder" / script)]).returncode == 0
 
 
+@pytest.mark.slow
 def test_correct_submission_gets_full_marks(tmp_path, bundle):
     results, log = simulate(tmp_path, bundle, _solutions())
     _valid(results)
@@ -113,6 +114,7 @@ def test_correct_submission_gets_full_marks(tmp_path, bundle):
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                     reason="the seed is kept from student code by the sandbox's own user, which needs root")
+@pytest.mark.slow
 def test_student_code_cannot_read_the_seed(tmp_path, bundle):
     """Where the seed could be: the grader's command line (readable by every process), its
     environment, the bundle's seed file. The student's code reports what it read, reversed
@@ -135,6 +137,7 @@ def test_student_code_cannot_read_the_seed(tmp_path, bundle):
     assert (root / "source" / "grader_seed").read_text().strip() == str(SEED), "the seed file is back after"
 
 
+@pytest.mark.slow
 def test_buggy_submission_loses_exactly_the_buggy_exercises(tmp_path, bundle):
     files = _solutions()
     _plant(files, "ex01_leakage.ipynb", "return pos[None, :] <= pos[:, None]",
@@ -149,6 +152,7 @@ def test_buggy_submission_loses_exactly_the_buggy_exercises(tmp_path, bundle):
     assert results["score"] < sum(t["max_score"] for t in results["tests"])
 
 
+@pytest.mark.slow
 def test_corrupt_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
     results, log = simulate(tmp_path, bundle, {"ex01_leakage.ipynb": b"\x89PNG\r\n\x1a\n\x00\x00 not json"})
     _valid(results)
@@ -158,6 +162,7 @@ def test_corrupt_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
 
 
 @pytest.mark.parametrize("visibility", ["visible", "after_due_date", "after_published", "hidden"])
+@pytest.mark.slow
 def test_feedback_waits_for_the_moment_the_instructor_chose(tmp_path, visibility):
     """Gradescope shows the top-level ``output`` at once whatever the tests' settings: with
     anything but "visible", it says only that grading happened, and the top level carries
@@ -185,6 +190,7 @@ def test_the_bundle_installs_only_what_grading_needs(bundle):
     assert not names & {"nbclient", "ipykernel", "nbformat", "pyyaml", "jupyterlab", "jupyter-book", "pytest"}
 
 
+@pytest.mark.slow
 def test_feedback_on_hidden_checks_carries_no_hidden_input(tmp_path, bundle):
     """A submission that raises (and prints) the inputs it was given: what students see
     holds no hidden tensor, while the public checks' inputs may show."""

@@ -55,6 +55,7 @@ def _seeker_output(text: str) -> str:
 
 
 @root_only
+@pytest.mark.slow
 def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
     results, stdout = _grade(tmp_path, privdrop=True)
     seen = _seeker_output(stdout)
@@ -66,6 +67,7 @@ def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
     assert stat.S_IMODE((tmp_path / "results.json").stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_as_the_graders_own_user_the_seeker_finds_both_and_the_report_says_so(tmp_path):
     results, stdout = _grade(tmp_path, privdrop=False)
     seen = _seeker_output(stdout)
@@ -79,6 +81,7 @@ def test_as_the_graders_own_user_the_seeker_finds_both_and_the_report_says_so(tm
 
 @root_only
 @pytest.mark.parametrize("preload", [True, False], ids=["forked", "fresh"])
+@pytest.mark.slow
 def test_class_mode_and_its_regrade_leave_the_seeker_nothing(tmp_path, preload):
     subs = tmp_path / "subs"
     subs.mkdir()

@@ -28,6 +28,7 @@ def _required(package: str) -> str:
     ["-m", "jupyterlab", "--version"],
     ["-m", "jupyter", "lab", "--version"],
 ], ids=["python -m jupyterlab", "python -m jupyter lab"])
+@pytest.mark.slow
 def test_jupyter_lab_starts_from_this_interpreter(command):
     # A PATH without this interpreter's bin/: the command must not work only by luck of PATH.
     env = {**os.environ, "PATH": os.defpath}

@@ -138,6 +138,7 @@ def _run_steps(repo: Path, tmp: Path) -> tuple[dict, str, Path]:
     return payload, gh_summary.read_text(), repo / "results.json"
 
 
+@pytest.mark.slow
 def test_steps_run_locally_on_a_half_finished_repository(tmp_path):
     """The student has finished chapters 1-3 and not started 4-7."""
     repo = github.build_template(REPO, tmp_path / "student-repo")
