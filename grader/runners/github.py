@@ -80,7 +80,8 @@ def gh_outputs_main(argv: Sequence[str] | None = None) -> int:
 TEMPLATE_PATHS = ("exercises", "attnmask", "grader", "pyproject.toml")
 #: Development tools in requirements.txt that grading never imports; left out of the
 #: student template and the Gradescope image, which install on every run or build.
-DEV_ONLY = {"jupyter-book", "nbval", "pytest", "pytest-xdist", "pytest-benchmark", "hypothesis", "ruff"}
+DEV_ONLY = {"jupyter-book", "nbval", "pytest", "pytest-xdist", "pytest-timeout", "pytest-benchmark",
+            "hypothesis", "ruff"}
 
 
 #: What students need to work in notebooks but grading does not (the Gradescope image).
