@@ -441,7 +441,7 @@ def _run(src, states, limits, grading, tmp, worker, user, private: list[str]) ->
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
     supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker, user=user,
-                cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
+                   cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
 
 
 def _printed(tmp: Path) -> str:

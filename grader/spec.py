@@ -16,10 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # torch itself is not imported here: the engine starts its worker first
-    pass
+from typing import Any
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import torch
 
 import attnmask as am
 
-from .. import cases, errors
+from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, Outcome, Verdict, exercise
@@ -241,7 +241,7 @@ def pair_judge(recipe: J.Recipe, rows, what: str, only: tuple[int, ...] | None =
             inputs = J.inputs_of(recipe, calls[k])
             for o in (a, b):
                 if o.error is not None:
-                    return dg.fail(errors.explain_error(o.error), f"inputs: {inputs}")
+                    return J.raised(o.error, inputs)
             ga, msg_a = dg.unpack(a.output, recipe.out_names)
             gb, msg_b = dg.unpack(b.output, recipe.out_names)
             if msg_a or msg_b:

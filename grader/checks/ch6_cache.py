@@ -8,7 +8,7 @@ import torch
 
 import attnmask as am
 
-from .. import cases, errors
+from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, Outcome, Verdict, exercise
@@ -80,7 +80,7 @@ def decoding_judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
     R = CACHE
     for call, o in zip(calls, outcomes):
         if o.error is not None:
-            return dg.fail(errors.explain_error(o.error), f"inputs: {J.inputs_of(R, call)}")
+            return J.raised(o.error, J.inputs_of(R, call))
     outs = []
     for call, o in zip(calls, outcomes):
         got, msg = dg.unpack(o.output, R.out_names)

@@ -104,6 +104,13 @@ def inputs_of(recipe: Recipe, call: Call) -> str:
 
 # --------------------------------------------------------------------------- comparing one output
 
+def raised(error: str, inputs: str, device: str | None = None) -> Verdict:
+    """The failing verdict of a call that raised ``error``: what it means in plain words,
+    and the inputs it was called with (on ``device``, when that is the point)."""
+    where = f"inputs on {device}" if device else "inputs"
+    return dg.fail(errors.explain_error(error), f"{where}: {inputs}")
+
+
 def fit(out: Out, got: torch.Tensor, want: torch.Tensor, args: tuple, kwargs: dict
         ) -> tuple[torch.Tensor | None, torch.Tensor | None, str | None]:
     """(got, want) in the contract shape, or a message about the shape/values kind."""
@@ -166,7 +173,7 @@ def judge_call(recipe: Recipe, call: Call, outcome: Outcome, only: Sequence[int]
     """None when every judged output matches the reference; else the failing verdict."""
     inputs = inputs_of(recipe, call)
     if outcome.error is not None:
-        return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs}")
+        return raised(outcome.error, inputs)
     got, msg = dg.unpack(outcome.output, recipe.out_names)
     if msg:
         return dg.fail(msg, f"inputs: {inputs}")
@@ -213,7 +220,7 @@ def dtype_judge(recipe: Recipe):
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
             if outcome.error is not None:
-                return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
+                return raised(outcome.error, inputs_of(recipe, call))
             got, msg = dg.unpack(outcome.output, recipe.out_names)
             if msg:
                 return dg.fail(msg)

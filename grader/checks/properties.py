@@ -27,6 +27,7 @@ from .judges import (
     float_dtype,
     inputs_of,
     judge_call,
+    raised,
     reference,
     values,
 )
@@ -51,7 +52,7 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
                     return dg.fail(MISTAKES["default_device"] + f" (left out: {', '.join(omitted)}; "
                                    f"it raised {errors.quoted(outcome.error)})",
                                    f"inputs on {device}: {inputs}")
-                return dg.fail(errors.explain_error(outcome.error), f"inputs on {device}: {inputs}")
+                return raised(outcome.error, inputs, device)
             got, msg = dg.unpack(outcome.output, recipe.out_names)
             if msg:
                 return dg.fail(msg)
@@ -81,7 +82,7 @@ def unchanged_judge(recipe: Recipe):
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
             if outcome.error is not None:
-                return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs_of(recipe, call)}")
+                return raised(outcome.error, inputs_of(recipe, call))
             after = outcome.args_after
             if not isinstance(after, tuple | list) or len(after) != len(call.args):
                 return dg.fail("the inputs after the call were not recorded")
@@ -131,7 +132,7 @@ def grads_judge(recipe: Recipe):
         for call, outcome in zip(calls, outcomes):
             inputs = inputs_of(recipe, call)
             if outcome.error is not None:
-                return dg.fail(errors.explain_error(outcome.error), f"inputs: {inputs}")
+                return raised(outcome.error, inputs)
             grads = outcome.grads
             if not isinstance(grads, dict):
                 return dg.fail("no gradients were recorded", f"inputs: {inputs}")

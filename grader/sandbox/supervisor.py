@@ -9,15 +9,8 @@ itself; the grace is for code that ignores that). Whenever a worker ends, its
 whole session is killed, so stray children cannot outlive grading.
 
 When the grader runs as root (CI containers, Gradescope), a grading's workers
-run as an unprivileged user of their own (:func:`claim_user`: a uid no account
-has, held for the grading, and every process left running as it is killed at
-the end), so student code cannot write the grader's files, site-packages or
-another student's worker. If Python itself is not readable by such a user
-(installed under /root), the worker keeps just CAP_DAC_READ_SEARCH (read
-anything, write nothing more); if that is not available either, the worker runs
-as root and says so once on stderr. ``GRADER_NO_PRIVDROP=1`` turns this off for
-debugging. Either way :mod:`grader.sandbox.integrity` checks the grader's files after
-every exercise.
+run as an unprivileged user of their own (:mod:`grader.sandbox.users`), and
+:mod:`grader.sandbox.integrity` checks the grader's files after every exercise.
 
 :func:`run` drives as many workers as needed: when one dies or is killed in the
 middle of an exercise, that exercise is charged and a fresh worker grades the
