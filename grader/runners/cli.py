@@ -47,12 +47,17 @@ def _json_for_usage_error(argv: Sequence[str], message: str) -> None:
         elif a.startswith("--json="):
             path = a.split("=", 1)[1]
     if path:
-        from ..report import failure_json
+        _usage_json(path, message)
 
-        try:
-            failure_json(f"Not graded, the grader was called wrongly: {message}", path)
-        except OSError:
-            pass
+
+def _usage_json(path: str, message: str) -> None:
+    """The results file of a grading refused for a usage error (nothing if it cannot be written)."""
+    from ..report import failure_json
+
+    try:
+        failure_json(f"Not graded, the grader was called wrongly: {message}", path)
+    except OSError:
+        pass
 
 
 def build_parser() -> _Parser:
@@ -159,9 +164,7 @@ def _scope(args, registry: Mapping[str, Any] | None):
 def _usage(args, parser: argparse.ArgumentParser, message: str, *, show_usage: bool = True) -> int:
     """Exit status 2 after one line on stderr (with the usage line before it when ``show_usage``)."""
     if args.json:
-        from ..report import failure_json
-
-        failure_json(f"Not graded, the grader was called wrongly: {message}", args.json)
+        _usage_json(args.json, message)
     if show_usage:
         parser.print_usage(sys.stderr)
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
