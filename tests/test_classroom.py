@@ -541,6 +541,7 @@ def test_the_seed_is_not_on_any_command_line_student_code_can_read(tmp_path, pre
     assert said, "the spy did not report"
     assert all(words[2].startswith("grader") for words in said), said  # it read the grader's processes
     assert all(words[-1] == "leaks" for words in said), "a command line holds the seed"
+    assert "--seed is on the command line" not in log, "class mode passed the seed as an argument"
 
 
 def _readme_commands(text: str) -> list[str]:

@@ -3,7 +3,7 @@
 ``python -m grader class SUBMISSIONS_DIR`` treats every sub-folder (or single
 ``.ipynb`` / ``.py`` file) of SUBMISSIONS_DIR as one student and grades them in
 a pool of workers. Each student is graded by the engine's CLI (the arguments of
-``python -m grader SUB --json RESULTS --seed S``), forked from a server process
+``python -m grader SUB --json RESULTS``, the seed in ``$GRADER_SEED``), forked from a server process
 that has imported torch and the grader once (:class:`Preloaded`); the sandboxed
 worker that runs the student's code is forked in turn from a zygote that has
 imported torch and nothing of the grader's side (:mod:`grader.sandbox.forkserver`). With
@@ -66,18 +66,16 @@ DEFAULT_TIMEOUT = 300.0
 GraderCommand = Callable[[Path, Path, int, Sequence[str]], list[str]]
 
 
-def engine_args(submission: Path, results: Path, seed: int, extra: Sequence[str]) -> list[str]:
-    """Arguments of the engine's CLI, the one stable seam between class mode and the engine."""
-    return [str(submission), "--json", str(results), "--seed", str(seed), *extra]
+def engine_args(submission: Path, results: Path, extra: Sequence[str]) -> list[str]:
+    """Arguments of the engine's CLI, the one stable seam between class mode and the engine.
+    The seed is not among them: it goes by ``$GRADER_SEED`` (see :func:`grade_student`),
+    since every process, the student's sandbox included, can read another's command line."""
+    return [str(submission), "--json", str(results), *extra]
 
 
 def engine_command(submission: Path, results: Path, seed: int, extra: Sequence[str]) -> list[str]:
-    """``python -m grader ARGS``: the engine's CLI in a fresh interpreter. The seed is left
-    out: it goes by ``$GRADER_SEED`` (see :func:`grade_student`), since every process, the
-    student's sandbox included, can read another's command line."""
-    args = engine_args(submission, results, seed, extra)
-    i = args.index("--seed")
-    return [sys.executable, "-m", "grader", *args[:i], *args[i + 2:]]
+    """``python -m grader ARGS``: the engine's CLI in a fresh interpreter."""
+    return [sys.executable, "-m", "grader", *engine_args(submission, results, extra)]
 
 
 def grader_fingerprint() -> str:
@@ -132,7 +130,7 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     private = out / ".private" / f"{student.slug}-{secrets.token_hex(16)}.json"
     private.parent.mkdir(exist_ok=True)
     env = single_thread_env()
-    env[SEED_ENV] = str(seed)  # for engine_command, which keeps the seed off the command line
+    env[SEED_ENV] = str(seed)  # never on a command line (engine_args)
     # The grader class mode itself runs, whatever the working directory holds.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
     core = cores.get() if cores is not None else None
@@ -140,8 +138,9 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
         cpus = None if core is None else {core}
         # cwd: the student's own output folder, so stray files land there.
         if preloaded is not None and command is engine_command:
-            args = engine_args(target.resolve(), private.resolve(), seed, extra)
-            res = preloaded.run(args, timeout=timeout, log=log, cwd=folder, cpus=cpus)
+            args = engine_args(target.resolve(), private.resolve(), extra)
+            res = preloaded.run(args, timeout=timeout, log=log, cwd=folder, cpus=cpus,
+                                env={SEED_ENV: str(seed)})
         else:
             res = run_limited(command(target.resolve(), private.resolve(), seed, extra), timeout=timeout,
                               log=log, env=env, cwd=folder, cpus=cpus)

@@ -104,19 +104,21 @@ class Preloaded:
     Half of a fresh ``python -m grader``'s CPU time is those imports; in a class they are
     paid once instead of once per student. Each forked grading is what a fresh process
     would be: its own session, its own log as stdout/stderr, no stdin, and the same
-    wall-time limit and whole-tree kill. Its arguments (the seed among them) travel over
-    the server's socket, never on a command line.
+    wall-time limit and whole-tree kill. Its arguments and environment (the seed is in
+    ``$GRADER_SEED``) travel over the server's socket, never on a command line.
     """
 
     def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         env = single_thread_env()
         env.update(extra_env or {})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
+        self.env = env
         self.server = forkserver.Server("grader.runners.processes", env)
         self.lock = threading.Lock()
 
     def run(self, args: Sequence[str], *, timeout: float, log: Path, cwd: Path,
-            cpus: set[int] | None = None) -> RunResult:
+            cpus: set[int] | None = None, env: dict[str, str] | None = None) -> RunResult:
+        """``python -m grader ARGS`` forked, with ``env`` added to the server's environment."""
         log.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         with self.lock:
@@ -126,7 +128,8 @@ class Preloaded:
         null = os.open(os.devnull, os.O_RDONLY)
         try:
             proc = forkserver.request(self.server.socket, [null, out, out],
-                                      {"cwd": str(cwd), "args": list(args), "cpus": sorted(cpus or [])})
+                                      {"cwd": str(cwd), "args": list(args), "cpus": sorted(cpus or []),
+                                       "env": {**self.env, **(env or {})}})
         finally:
             os.close(out)
             os.close(null)
