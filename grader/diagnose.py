@@ -128,17 +128,21 @@ def fit_shape(t: torch.Tensor, shape: tuple[int, ...], name: str, letters: str,
 
 
 def mask_values(t: torch.Tensor, name: str) -> tuple[torch.Tensor | None, str | None]:
-    """``t`` read as a boolean mask. A non-bool tensor of only 0s and 1s is read as
-    one (its dtype is judged by its own check); anything else is a message."""
+    """``t`` as a boolean mask, or a message: a mask of any other dtype is a wrong mask,
+    whatever its values (a float 0/1 mask given to SDPA is added to the scores and masks nothing)."""
     if t.dtype == torch.bool:
         return t, None
-    if t.dtype.is_complex:
+    if t.dtype.is_complex or not t.numel():
         return None, f"{name} is {dtype_str(t.dtype)}; expected torch.bool (True = may attend)"
-    if t.numel() and bool(((t == 0) | (t == 1)).all()):
-        return t != 0, None
-    sample = ", ".join(f"{v:g}" for v in torch.unique(t.double().flatten())[:4].tolist())
-    hint = " (that looks like an additive mask; return the boolean mask itself)" \
-        if t.dtype.is_floating_point and bool(torch.isinf(t).any()) else ""
+    values = torch.unique(t.double().flatten())
+    sample = ", ".join(f"{v:g}" for v in values[:4].tolist())
+    if t.dtype.is_floating_point and bool(torch.isinf(t).any()):
+        hint = " (that looks like an additive mask; return the boolean mask itself)"
+    elif bool(((values == 0) | (values == 1)).all()):
+        hint = (" (0s and 1s, but not bool: SDPA adds a float mask to the scores, so it masks nothing; "
+                "return torch.bool, e.g. with .bool())")
+    else:
+        hint = ""
     return None, (f"{name} is {dtype_str(t.dtype)} with values such as {sample}; "
                   f"expected torch.bool, True = may attend{hint}")
 

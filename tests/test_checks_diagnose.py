@@ -57,7 +57,9 @@ def test_shapes_and_values_are_read_without_raising():
     assert "does not broadcast to (B, Lq, Lk) = (2, 3, 4)" in msg
     _, msg = dg.mask_values(torch.tensor([0.0, float("-inf")]), "mask")
     assert "additive" in msg
-    m, msg = dg.mask_values(torch.tensor([0, 1]), "mask")
+    m, msg = dg.mask_values(torch.tensor([0.0, 1.0]), "mask")
+    assert m is None and "masks nothing" in msg  # a wrong dtype is a wrong mask
+    m, msg = dg.mask_values(torch.tensor([False, True]), "mask")
     assert msg is None and m.dtype == torch.bool
     _, msg = dg.unpack(NotATensor("list"), ("mask",))
     assert msg == "returned a list; expected mask as a plain torch.Tensor"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from buggy import grade
 from buggy.trivial import TRIVIAL
 
@@ -60,3 +61,24 @@ def test_constants_graded_end_to_end_score_zero(tmp_path):
     results = json.loads(out.read_text())
     assert results["score"] == 0, (results["score"], p.stderr)
     assert results["max_score"] > 0 and len(results["tests"]) >= 13  # every exercise it defines
+
+
+MASK_EXERCISES = ("causal_mask", "padding_mask", "decoder_mask", "encoder_decoder_masks",
+                  "sliding_window_mask", "prefix_lm_mask", "document_mask")
+
+
+@pytest.mark.parametrize("name", MASK_EXERCISES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8, torch.int64])
+def test_a_mask_of_the_wrong_dtype_is_a_wrong_mask(name, dtype):
+    """A float 0/1 mask handed to SDPA is added to the scores and masks nothing: it earns
+    nothing, whatever cells it has right (nor does an integer one)."""
+    from buggy import correct
+
+    right = getattr(correct, name)
+
+    def cast(*args, **kwargs):
+        out = right(*args, **kwargs)
+        return tuple(m.to(dtype) for m in out) if isinstance(out, tuple) else out.to(dtype)
+
+    assert points(right, name, 7) == EXERCISES[name].points
+    assert points(cast, name, 7) == 0.0

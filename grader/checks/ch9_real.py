@@ -45,6 +45,8 @@ MISTAKES9: dict[str, str] = {
                       "doc_ids[b, t + 1] != doc_ids[b, t].",
     "border_late": "ignore_index sits one position late: it belongs at the last token of a document (whose "
                    "next token starts another), not at the first token of the next document.",
+    "ids_step": "a document ends wherever doc_ids changes, by any amount: ids may jump from 3 to 7. Compare "
+                "doc_ids[b, t + 1] != doc_ids[b, t], not their difference with 1.",
     "last_column": "the last column must be ignore_index: there is no next token to predict "
                    "(torch.roll wraps the first token around).",
     "ignore_constant": "ignore_index is ignored: fill with the argument, not the constant -100.",
@@ -150,6 +152,8 @@ def diagnose_labels(args, kwargs, got, index, dtype) -> str | None:
         (X["not_shifted"], lambda: tokens),
         (X["shifted_back"], lambda: torch.where(starts, ignore, prev)),
         (X["cross_document"], lambda: torch.where(last, ignore, nxt)),
+        (X["ids_step"], lambda: torch.where(last | (torch.roll(doc_ids, -1, dims=1) - doc_ids == 1),
+                                            ignore, nxt)),
         (X["border_late"], lambda: torch.where(starts | last, ignore, nxt)),
         (X["border_late"], lambda: torch.where((starts & (torch.arange(L) > 0)) | last, ignore, nxt)),
         (X["last_column"], lambda: torch.where(same | last, nxt, ignore)),
@@ -164,13 +168,15 @@ LABELS = J.Recipe("packed_labels", am.packed_labels, ("tokens", "doc_ids", "igno
 
 def sorted_doc_ids(gen: torch.Generator, B: int, L: int) -> torch.Tensor:
     """long (B, L), non-decreasing runs: 2 to 4 documents per row (L >= 4),
-    starting ids that differ per row."""
+    starting ids that differ per row. In even rows the ids jump by 2 to 5 from one
+    document to the next (ids need not be consecutive), in odd rows by 1."""
     rows = []
-    for _ in range(B):
+    for b in range(B):
         n = cases.integer(gen, 2, min(4, L))
         cuts = sorted(torch.randperm(L - 1, generator=gen)[: n - 1].add(1).tolist())
         start = torch.zeros(L, dtype=torch.long)
-        start[cuts] = 1
+        for cut in cuts:
+            start[cut] = cases.integer(gen, 2, 5) if b % 2 == 0 else 1
         rows.append(start.cumsum(0) + cases.integer(gen, 0, 5))
     return torch.stack(rows)
 

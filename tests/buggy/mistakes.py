@@ -538,6 +538,7 @@ BUGS: list[Bug] = [
     Bug("packed_labels", rm.labels_roll, "last_column"),
     Bug("packed_labels", rm.labels_shifted_back, "shifted_back"),
     Bug("packed_labels", rm.labels_ignore_constant, "ignore_constant"),
+    Bug("packed_labels", rm.labels_ids_step, "ids_step"),
     Bug("gqa_attention", rm.gqa_repeat, "gqa_repeat"),
     Bug("gqa_attention", rm.gqa_scale_dv, "scale_dv"),
     Bug("gqa_attention", rm.gqa_nan_rows, "NaN or inf"),

@@ -59,6 +59,12 @@ def labels_roll(tokens, doc_ids, ignore_index=-100):
     return torch.where(same, torch.roll(tokens, -1, dims=1), ignore_index)  # wraps at the end
 
 
+def labels_ids_step(tokens, doc_ids, ignore_index=-100):
+    same = torch.zeros_like(doc_ids, dtype=torch.bool)
+    same[:, :-1] = doc_ids[:, 1:] - doc_ids[:, :-1] != 1  # a new document only where the id grows by 1
+    return torch.where(same, torch.roll(tokens, -1, dims=1), ignore_index)
+
+
 def labels_ignore_constant(tokens, doc_ids, ignore_index=-100):
     return ok.packed_labels(tokens, doc_ids)
 
