@@ -1,4 +1,4 @@
-"""A student's exception, in plain words: recognised, quoted, and cut for hidden checks.
+"""A student's exception, in plain words: recognised, quoted, and reduced to its type for hidden checks.
 
 Text only (no torch), so the engine reads verdicts without importing torch before
 its worker has started. An outcome's error is ``"Type: message"``; feedback quotes
@@ -8,10 +8,10 @@ quote with its :func:`cut` form.
 
 from __future__ import annotations
 
+import builtins
 import re
 
 from .mistakes import MISTAKES
-from .results import masked
 
 _TORCH_NOT_IMPLEMENTED = re.compile(
     r"not implemented for '|Could not run '|is not (currently )?implemented for")
@@ -37,15 +37,19 @@ def mixes_devices(error: str) -> bool:
     return bool(re.search(_MIXES_DEVICES, str(error)))
 
 
-EXCERPT_CHARS = 60
+#: Exception types whose name feedback on a hidden check may show: Python's and the grader's own.
+#: Any other name is the submission's own class, and its name is text the submission chose.
+_KNOWN_TYPES = {name for name, obj in vars(builtins).items()
+                if isinstance(obj, type) and issubclass(obj, BaseException)} | {
+    "ForbiddenAPIError", "GraderError", "OutOfMemoryError", "ExerciseTimeout", "CellTimeout"}
+HIDDEN_NOTE = "its message is not shown on hidden checks: the public checks show it in full"
 
 
-def excerpt(said: str) -> str:
-    """What a student's exception said, as feedback on a hidden check may show it: at most
-    :data:`EXCERPT_CHARS` characters, digits masked, so that no hidden input rides out on it."""
-    short = masked(said, EXCERPT_CHARS)
-    note = " [a hidden case: your code's message is cut, its digits masked]"
-    return said if short == said else short + note
+def error_type(error: str) -> str:
+    """The type of an outcome's error ("Type: message"), as feedback on a hidden check may
+    name it: Python's exceptions and the grader's by their name, any other class generically."""
+    kind = (str(error).splitlines() or [""])[0].partition(": ")[0].strip()
+    return kind if kind in _KNOWN_TYPES else "an exception of a class the submission defines"
 
 
 def quoted(error: str) -> str:
@@ -56,9 +60,10 @@ def quoted(error: str) -> str:
 
 
 def cut(error: str) -> str:
-    """:func:`quoted` as a hidden check shows it: the type, and an :func:`excerpt` of the message."""
-    kind, _, said = (str(error).splitlines() or [""])[0].partition(": ")
-    return f"{kind}: {excerpt(said)}" if said else quoted(error)
+    """:func:`quoted` as a hidden check shows it: the exception's type only (:func:`error_type`).
+    Nothing the student's code wrote (the message, an excerpt of it, its digits spelled as
+    words) may carry a hidden case's inputs out to the student."""
+    return f"{error_type(error)} ({HIDDEN_NOTE})"
 
 
 def explain_error(error: str) -> str:

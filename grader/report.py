@@ -24,7 +24,6 @@ from .results import (
     TIMED_OUT,
     ExerciseResult,
     Report,
-    masked,
 )
 
 MARK = {"passed": "✓", "failed": "✗", "skipped": "–"}
@@ -98,10 +97,6 @@ def exercise_text(e: ExerciseResult, *, checks: bool = True) -> str:
     return "\n".join(lines)
 
 
-#: How much of what student code printed the student-facing report shows after hidden cases.
-PRINTED_CHARS = 1000
-
-
 def header_text(r: Report) -> str:
     lines = [f"Score {fmt_points(r.score)} / {fmt_points(r.max_score)} · {seed_line(r)}"]
     if r.error:
@@ -112,10 +107,9 @@ def header_text(r: Report) -> str:
     lines.extend(f"note: {n}" for n in r.notes)
     if r.output and r.public_only:
         lines += ["", "What your code printed (truncated):", r.output]
-    elif r.output:  # it may have printed a hidden case's inputs
-        lines += ["", f"What your code printed, its first {PRINTED_CHARS} characters with digits masked "
-                      "(hidden cases were run; print in your notebook to see it all):",
-                  masked(r.output, PRINTED_CHARS)]
+    elif r.output:  # it may have printed a hidden case's inputs, in any spelling
+        lines += ["", "What your code printed is not shown: hidden cases were run. Print in your notebook, "
+                      f"or run the public checks ({check_yourself(r)} --public-only), to see it."]
     return "\n".join(lines)
 
 
@@ -288,6 +282,7 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
     from . import terminal
 
     console = console or Console()
+    r = terminal.printable_report(r)  # nothing a submission wrote may drive the terminal
     total = "total" + (f" ({scope})" if scope else "")
     rows = [(f"{terminal.number(e)} {e.name}", f"{fmt_points(e.score)} / {fmt_points(e.max_score)}",
              e.status, "" if e.status == PASSED or e.message == NOT_IMPLEMENTED_MESSAGE else e.message)

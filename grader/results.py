@@ -8,7 +8,6 @@ two runs with the same seed.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,13 +22,6 @@ SKIPPED = "skipped"
 GRADER_ERROR = "grader error"
 
 NOT_IMPLEMENTED_MESSAGE = "not implemented yet"
-
-
-def masked(text: str, limit: int) -> str:
-    """``text`` as feedback on hidden cases may show what student code said: at most
-    ``limit`` characters, every digit masked, so that no hidden input rides out on it."""
-    short = re.sub(r"[0-9]", "#", text[:limit])
-    return short + ("…" if len(text) > limit else "")
 
 
 @dataclass

@@ -69,6 +69,13 @@ def message(what: str) -> str:
     return f"{what} {RULE}. Write it with plain torch operations instead."
 
 
+def is_rule_message(text: str) -> bool:
+    """Whether ``text`` is :func:`message` of something forbidden: the grader's words, not a
+    submission's that raised an exception of the same name."""
+    shown = {*FORBIDDEN_MODULES, *FORBIDDEN_NAMES, *(name for _, _, name in _TORCH_CALLABLES)}
+    return any(text == message(what) for what in shown)
+
+
 def _is_forbidden_module(name: str) -> str | None:
     for root in FORBIDDEN_MODULES:
         if name == root or name.startswith(root + "."):

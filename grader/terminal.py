@@ -11,8 +11,11 @@ Plain text from :mod:`grader.results` only; :mod:`grader.report` lays it out.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 from .results import CRASHED, FAILED, PARTIAL, PASSED, SKIPPED, TIMED_OUT, CheckResult, ExerciseResult, Report
 
@@ -22,6 +25,36 @@ DIAGNOSED = (PARTIAL, FAILED, CRASHED, TIMED_OUT)
 DETAIL_LINES = 12
 COURSE_EXERCISES = Path(__file__).resolve().parent.parent / "exercises"
 _CHAPTER = re.compile(r"^ex(\d+)_")
+# Escape sequences (CSI, OSC, DCS..., two-byte ESC x), then every other C0/C1 control but \n and \t,
+# and the bidirectional overrides that reorder what a terminal shows.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b[@-_]?"
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", re.S)
+
+
+def printable(text: str) -> str:
+    """``text`` with no terminal control characters: no ANSI escapes, no carriage returns,
+    no other C0/C1 controls but newlines and tabs. Student code's output, its error messages
+    and even its file names reach the report: none of it may clear the screen or draw a total."""
+    return _CONTROL.sub("", text)
+
+
+def printable_report(r: Report) -> Report:
+    """A copy of ``r`` with every string in it :func:`printable` (what the terminal shows)."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, str):
+            return printable(x)
+        if isinstance(x, list | tuple):
+            return type(x)(clean(v) for v in x)
+        if isinstance(x, dict):
+            return {clean(k): clean(v) for k, v in x.items()}
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            x = copy.copy(x)
+            for f in dataclasses.fields(x):
+                setattr(x, f.name, clean(getattr(x, f.name)))
+        return x
+
+    return clean(r)
 
 
 def number(e: ExerciseResult) -> str:

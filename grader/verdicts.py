@@ -7,13 +7,18 @@ way, and on a hidden check the student's own error text is cut.
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 from typing import Any
 
 from . import rules
-from .errors import cut, is_stub_error, quoted
+from .errors import cut, error_type, is_stub_error, quoted
 from .results import CheckResult
 from .sandbox.limits import NOT_RUN, TIME_LIMIT, ChannelError
-from .spec import Verdict
+from .spec import NotATensor, Verdict
+
+#: What a hidden check may say a returned object was: Python's own types by name.
+_BUILTIN_TYPES = {name for name, obj in vars(builtins).items() if isinstance(obj, type)}
 
 
 def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: float | None = None):
@@ -28,10 +33,15 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
         return Verdict(False, f"what came back could not be read: {outcomes}")
     if not isinstance(outcomes, list) or len(outcomes) != len(check.calls):
         return Verdict(False, "the grader lost track of this check's results (internal grader error)")
+    if not check.public:
+        outcomes = [_without_student_text(o) for o in outcomes]
     errors = [o.error for o in outcomes if o.error]
     for err in errors:
         if err.startswith("ForbiddenAPIError: "):
-            return Verdict(False, err.split(": ", 1)[1])
+            said = err.split(": ", 1)[1]
+            # A class of the submission's own may bear the name: only the rule's own words are shown.
+            return Verdict(False, said if check.public or rules.is_rule_message(said)
+                           else cut(err))
     for err in errors:
         if err.startswith(TIME_LIMIT):
             if NOT_RUN in err:
@@ -48,7 +58,7 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
         return Verdict(False, f"internal grader error in this check ({type(e).__name__}: {str(e)[:200]}); "
                               "please report it to the course staff")
     if not verdict.passed and not verdict.skipped:
-        where = next((o.where for o in outcomes if o.error and o.where), None)
+        where = next((o.where for o in outcomes if o.error and o.where), None) if check.public else None
         if where and where not in verdict.detail:
             verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
         if not check.public:
@@ -57,17 +67,40 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
 
 
 def _cut_student_text(verdict, outcomes) -> None:
-    """On a hidden check, what the student's own exceptions said appears only cut
-    (:func:`grader.errors.cut`: an excerpt with its digits masked): an error message
-    must not carry a hidden case's inputs out to the student. Feedback quotes an error
-    only through :func:`grader.errors.quoted`, so replacing that quote is enough; the
-    grader's own words (the diagnosis, shapes and dtypes, the mask grids) stay."""
+    """On a hidden check, the student's own exceptions appear only by type
+    (:func:`grader.errors.cut`): no text student code wrote may carry a hidden case's
+    inputs out to the student. Feedback quotes an error only through
+    :func:`grader.errors.quoted`, so replacing that quote is enough; the grader's own
+    words (the diagnosis, shapes and dtypes, the mask grids) stay."""
     for o in outcomes:
         if not o.error or o.error.startswith(("ForbiddenAPIError", TIME_LIMIT)):
             continue
         whole, short = quoted(o.error), cut(o.error)
         verdict.message = verdict.message.replace(whole, short)
         verdict.detail = verdict.detail.replace(whole, short)
+
+
+def _plain_name(x: Any) -> Any:
+    """A returned value with every type name student code chose (its own classes) made generic."""
+    if isinstance(x, NotATensor):
+        if x.type_name in _BUILTIN_TYPES:
+            return x
+        return NotATensor("tensor subclass" if x.type_name.startswith("tensor subclass")
+                          else "object of a class the submission defines")
+    if type(x) in (tuple, list):
+        return type(x)(_plain_name(v) for v in x)
+    return x
+
+
+def _without_student_text(o):
+    """An outcome of a hidden check, as judges may quote it: the names of the submission's own
+    classes made generic, a failed backward pass reduced to the exception's type, and no line
+    number (the line that raises can be chosen to say a number). The error itself stays for the
+    diagnosis, and :func:`_cut_student_text` cuts its quote."""
+    grads = o.grads
+    if isinstance(grads, dict) and isinstance(grads.get("error"), str):
+        grads = {"error": error_type(grads["error"])}
+    return dataclasses.replace(o, output=_plain_name(o.output), grads=grads, where=None)
 
 
 def check_result(check, verdict) -> CheckResult:

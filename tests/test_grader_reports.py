@@ -4,6 +4,7 @@ Markdown, the terminal table; scoring; determinism for a fixed seed."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -257,3 +258,23 @@ def test_next_step_when_everything_passes():
     e.finish()
     assert terminal.next_step(Report("x.py", seed=0, exercises=[e])).startswith("next: nothing to fix")
     assert terminal.number(e) == "3.1" and terminal.notebook_of(9, "nowhere/") == "ex09_real_models.ipynb"
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_nothing_a_submission_wrote_drives_the_terminal(capsys, verbose):
+    """Printed output, error messages, notes and file names reach the terminal report as text:
+    an escape that clears the screen, a carriage return that overwrites the total, a C1 control
+    or a bidirectional override is taken out, and the words around it stay."""
+    from rich.console import Console
+
+    fake = "\x1b[2J\x1b[H\x1b[1;32mScore 100 / 100\x1b[0m\rTOTAL\x9b2J \u202eA\x07\x08"
+    r = _report()
+    r.exercises[0].checks[0].message = r.exercises[0].message = f"it raised ValueError: {fake}"
+    r.exercises[0].checks[0].detail = fake
+    r.notes, r.output, r.submission = [f"skipped: {fake}"], f"{fake}\nlast line", f"sub\x1b[2J{fake}.py"
+    report.print_terminal(r, Console(width=160, force_terminal=True), verbose=verbose)
+    out = capsys.readouterr().out
+    assert "Score 100 / 100" in out and "TOTAL" in out  # the text is shown, as text
+    styled = re.sub(r"\x1b\[[0-9;]*m", "", out)  # the report's own colours (SGR) are its own
+    for control in ("\x1b", "\r", "\x9b", "\u202e", "\x07", "\x08"):
+        assert control not in styled, repr(control)

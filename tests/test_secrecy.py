@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -149,7 +150,7 @@ def test_gradescope_locks_the_bundles_answers_before_student_code_runs(tmp_path)
 @pytest.mark.parametrize("length", [40, 299, 301, 2000])
 def test_a_hidden_checks_feedback_never_quotes_the_students_own_message(length):
     """Whatever its length, the student's exception text reaches a hidden check's feedback
-    only cut and with its digits masked; on a public check it is quoted as it was."""
+    not at all, only its type; on a public check it is quoted as it was."""
     from grader import verdicts
     from grader.checks import EXERCISES
     from grader.spec import Outcome
@@ -162,4 +163,32 @@ def test_a_hidden_checks_feedback_never_quotes_the_students_own_message(length):
         if check.public:
             assert said[:200] in text
         else:
-            assert "1234567" not in text and "ValueError: ids" in text, text
+            assert "ids 1234" not in text and "ValueError (its message is not shown" in text, text
+
+
+@pytest.mark.slow
+def test_hidden_cases_do_not_ride_out_on_what_student_code_says(tmp_path):
+    """tests/submissions/exfiltrate.py spells the hidden cases' sizes out in words, in its
+    exceptions, its class names and its prints, and prints escapes that draw a fake total:
+    none of it reaches results.json (what the student sees), and no escape the terminal."""
+    out = tmp_path / "results.json"
+    env = {**os.environ, "GRADER_SEED": str(SEED), "COLUMNS": "1000"}
+    names = ("causal_mask", "padding_mask", "decoder_mask", "document_mask")
+    p = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "exfiltrate.py"),
+                        "--json", str(out), *(a for name in names for a in ("--exercise", name))],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode in (0, 1), p.stderr
+    results = json.loads(out.read_text())
+    assert results["score"] == 0
+    hidden = [results["output"]]
+    for test in results["tests"]:
+        blocks = re.split(r"\n(?=[✓✗–] )", test["output"])
+        hidden += [b for b in blocks[1:] if b.split("\n")[0].split(":")[0].endswith("(hidden)")]
+        if " (hidden): " in blocks[0]:  # the summary line quotes a hidden check
+            hidden.append(blocks[0])
+    assert len(hidden) > 6 and "EXFIL" in json.dumps(results)  # public checks quote it, as they should
+    assert not [b for b in hidden if "EXFIL" in b], hidden
+    assert sum("is not shown on hidden checks" in b for b in hidden) >= 3  # the type is named, not the text
+    assert sum("a class the submission defines" in b for b in hidden) >= 2
+    assert "EXFIL" in p.stdout  # the operator's terminal shows what it printed, as text
+    assert "\x1b" not in p.stdout and "\r" not in p.stdout and "\x1b" not in p.stderr, p.stdout
