@@ -228,7 +228,7 @@ class _Grading:
         if st.final or not 0 <= ci < len(st.checks) or st.verdicts[ci] is not None:
             return
         if isinstance(outcomes, list):
-            st.outcomes_seen.extend(outcomes)
+            st.outcomes_seen.extend(o.error for o in outcomes)  # only errors: records are not kept
             if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
                 st.timed_out = ci
         st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout)

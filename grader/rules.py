@@ -168,23 +168,28 @@ def scan_trees(trees: Iterable[tuple[ast.Module, str, int]], exercises: Iterable
         hit = next(_direct_hits(node), None)
         own[name] = None if hit is None else (hit[0], f"line {hit[1] + offset} of {label}")
 
-    def reach(name: str, seen: set[str]) -> tuple[str, str] | None:
+    def reach(name: str) -> tuple[str, str] | None:
+        # Depth first, with a stack of our own: a chain of 10,000 helpers must not overflow Python's.
         if own.get(name):
             return own[name]
-        for used in sorted(_used_names(defs[name][0])):
-            if used in tainted_names:
+        seen, stack = {name}, [iter(sorted(_used_names(defs[name][0])))]
+        while stack:
+            used = next(stack[-1], None)
+            if used is None:
+                stack.pop()
+            elif used in tainted_names:
                 return tainted_names[used]
-            if used in defs and used not in seen:
+            elif used in defs and used not in seen:
                 seen.add(used)
-                found = reach(used, seen)
-                if found:
-                    return found
+                if own.get(used):
+                    return own[used]
+                stack.append(iter(sorted(_used_names(defs[used][0]))))
         return None
 
     findings = []
     for name in defs:
         if name in wanted:
-            hit = reach(name, {name})
+            hit = reach(name)
             if hit:
                 findings.append(Finding(name, hit[0], hit[1]))
     return findings

@@ -33,6 +33,7 @@ from typing import Any
 
 SUFFIXES = (".ipynb", ".py")
 MAX_FILE_BYTES = 8 * 2**20
+MAX_CELLS = 10_000  # a notebook's cells read; the course's have about 30
 _SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
 # Cell magics whose body is still Python (timing, capturing output).
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
@@ -152,6 +153,8 @@ def _text(f: Path) -> str | Exception:
         data = f.read_bytes()
     except OSError as e:
         return e
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return ValueError("it is UTF-16 text; save it as UTF-8 (Jupyter and every editor can)")
     if b"\x00" in data:
         return ValueError("it is a binary file, not text")
     try:
@@ -171,7 +174,8 @@ def _read_file(f: Path, name: str, src: Source) -> None:
     if f.suffix == ".ipynb":
         try:
             cells = notebook_cells(text, name)
-        except ValueError as e:
+        except ValueError as e:  # the reader's own words: nothing of the file's text
+
             src.problems.append(f"{name} is not a readable notebook: {e}. "
                                 "Open it in Jupyter and save it again, or re-download it.")
             return
@@ -195,10 +199,17 @@ def notebook_cells(text: str, name: str) -> list[Cell]:
         nb = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"invalid JSON at line {e.lineno}, column {e.colno}") from None
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+    except (RecursionError, MemoryError):  # arrays in arrays, 100,000 deep: no notebook looks like that
+        raise ValueError("its JSON nests deeper than Python can read") from None
+    if not isinstance(nb, dict):
+        raise ValueError("no list of cells (is it a notebook?)")
+    version = nb.get("nbformat")
+    if type(version) is int and version < 4 and "worksheets" in nb:
+        raise ValueError(f"it is in the old notebook format {version} (the grader reads format 4)")
+    if not isinstance(nb.get("cells"), list):
         raise ValueError("no list of cells (is it a notebook?)")
     cells = []
-    for i, c in enumerate(nb["cells"], start=1):
+    for i, c in enumerate(nb["cells"][:MAX_CELLS], start=1):
         if not isinstance(c, dict) or c.get("cell_type") != "code":
             continue
         source = c.get("source", "")

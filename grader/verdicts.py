@@ -111,5 +111,5 @@ def check_result(check, verdict) -> CheckResult:
 
 
 def all_not_implemented(outcomes_seen: list[Any]) -> bool:
-    errors = [o.error for o in outcomes_seen]
+    errors = [getattr(o, "error", o) for o in outcomes_seen]  # outcomes, or their errors alone
     return bool(errors) and all(is_stub_error(e) for e in errors)

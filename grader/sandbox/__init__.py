@@ -3,6 +3,7 @@
 Listed from the ground up: each module imports only modules listed above it.
 
 * :mod:`.limits` -- what a worker is given: time and memory limits, environment, outcome names;
+* :mod:`.status` -- the status pipe's lines, read with bounded lengths and numbers;
 * :mod:`.procs` -- processes read from ``/proc``: descendants, sessions, users; killing them;
 * :mod:`.confine` -- hiding the course, other submissions and the seed (a mount namespace);
 * :mod:`.integrity` -- the grader's own files, snapshot and verified after student code ran;

@@ -22,7 +22,11 @@ references cannot make a small record expensive to walk). Anything else -- a
 forged object, a malformed header, a record too big -- becomes a
 :class:`ChannelError` with a plain message, which fails the check it belongs
 to. Student code can write whatever it likes into these files: the worst it
-can forge is its own function's return value.
+can forge is its own function's return value. What the parent makes of a record
+is bounded too, whatever its bytes say: no tensor's bytes are read twice, no
+integer beyond 64 bits, at most :data:`MAX_CHARS` characters of text, a call's
+time a finite number of seconds (:func:`outcome_from_data`) and the loaded
+record's names and errors few and short (:func:`loaded_from_data`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 32
 MAX_NODES = 200_000  # values visited by plain() in one file
 MAX_STRING = 100_000
+MAX_CHARS = 2_000_000  # characters of text in one record, shared references counted each time
+MAX_ERROR = 4000  # characters of a call's error kept (feedback quotes 300)
+MAX_INT = 2**64
 MAGIC = b"attnmask-channel-1\n"
 _NOT_A_TENSOR = "__not_a_tensor__"
 # Every dtype a returned tensor may have (a wrong one is the judges' to name, not ours to refuse).
@@ -80,6 +87,7 @@ class _Reader(pickle.Unpickler):
     def __init__(self, file, raw: memoryview):
         super().__init__(file)
         self.raw = raw
+        self.taken = 0  # bytes of raw turned into tensors: the writer uses each byte once
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("builtins", "complex"):
@@ -93,7 +101,8 @@ class _Reader(pickle.Unpickler):
         dtype = _DTYPES.get(name) if type(name) is str else None
         if dtype is None:
             raise pickle.UnpicklingError(f"tensor dtype {name!r} is not allowed")
-        if type(shape) is not list or len(shape) > 64 or any(type(n) is not int or n < 0 for n in shape):
+        if (type(shape) is not list or len(shape) > 64
+                or any(type(n) is not int or not 0 <= n < 2**40 for n in shape)):
             raise pickle.UnpicklingError("a malformed tensor shape")
         numel = 1
         for n in shape:
@@ -102,6 +111,9 @@ class _Reader(pickle.Unpickler):
         if (type(offset) is not int or type(nbytes) is not int or offset < 0 or nbytes != numel * size
                 or offset + nbytes > len(self.raw)):
             raise pickle.UnpicklingError("a tensor's bytes do not match its shape")
+        self.taken += nbytes
+        if self.taken > len(self.raw):  # the same bytes referenced many times: gigabytes from megabytes
+            raise pickle.UnpicklingError("tensors share bytes")
         if numel == 0:
             return torch.empty(shape, dtype=dtype)
         flat = torch.frombuffer(bytearray(self.raw[offset:offset + nbytes]), dtype=torch.uint8)
@@ -140,7 +152,7 @@ def decode(data: bytes) -> Any:
         obj = _Reader(io.BytesIO(view[head:head + n]), view[head + n:]).load()
     except Exception as e:  # noqa: BLE001 -- any unpickling failure means "not plain data"
         raise ChannelError(f"the returned values are not plain data ({type(e).__name__})") from None
-    return plain(obj, budget=[MAX_NODES])
+    return plain(obj, budget=[MAX_NODES, MAX_CHARS])
 
 
 class Log:
@@ -195,16 +207,23 @@ class Log:
 
 def plain(x: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     """A validated copy of ``x``; raises :class:`ChannelError` on anything not plain.
-    ``budget``: how many more values may be visited (one-element list, shared down the walk)."""
+    ``budget``: how many more values and characters may be visited ([values, characters], shared
+    down the walk)."""
     if depth > MAX_DEPTH:
         raise ChannelError(f"the returned values nest deeper than {MAX_DEPTH} levels")
     if budget is not None:
         budget[0] -= 1
         if budget[0] < 0:
             raise ChannelError(f"the returned values hold more than {MAX_NODES} items")
+    if type(x) is int and not -MAX_INT < x < MAX_INT:
+        raise ChannelError("a returned integer is beyond 64 bits")
     if x is None or type(x) in (bool, int, float, complex):
         return x
     if type(x) is str:
+        if budget is not None:
+            budget[1] -= min(len(x), MAX_STRING)
+            if budget[1] < 0:
+                raise ChannelError(f"the returned values hold more than {MAX_CHARS} characters of text")
         if len(x) > MAX_STRING:
             return x[:MAX_STRING] + " [truncated]"
         return x
@@ -269,18 +288,28 @@ def outcome_from_data(d: Any) -> Outcome:
     if error is not None and type(error) is not str:
         raise ChannelError("a call's error is not a string")
     seconds = d.get("seconds", 0.0)
-    if type(seconds) not in (int, float):
-        raise ChannelError("a call's time is not a number")
+    if type(seconds) not in (int, float) or not 0 <= seconds < 1e6:  # NaN fails the comparison too
+        raise ChannelError("a call's time is not a number of seconds")
     args_after = d.get("args_after")
     if args_after is not None and type(args_after) not in (tuple, list):
         raise ChannelError("a call's arguments-after record is not a sequence")
     where = d.get("where")
     return Outcome(
         output=_decode(d.get("output")),
-        error=error,
+        error=None if error is None else error[:MAX_ERROR],
         devices=_decode(d.get("devices")),
         args_after=None if args_after is None else tuple(_decode(args_after)),
         grads=_decode(d.get("grads")),
         seconds=float(seconds),
-        where=where if type(where) is str else None,
+        where=where[:300] if type(where) is str else None,
     )
+
+
+def loaded_from_data(d: Any, names: int = 64, errors: int = 50) -> dict:
+    """The loaded record (``{"found": {name: where}, "errors": [text]}``), checked and cut:
+    at most ``names`` names and ``errors`` errors, each a short string."""
+    if type(d) is not dict or type(d.get("found")) is not dict or type(d.get("errors", [])) is not list:
+        raise ChannelError("the loaded record is not {found: dict, errors: list}")
+    found = {k[:100]: v[:300] for k, v in list(d["found"].items())[:names]
+             if type(k) is str and type(v) is str}
+    return {"found": found, "errors": [e[:500] for e in d.get("errors", [])[:errors] if type(e) is str]}

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import forkserver as zygote
+from . import status
 from .limits import Limits, note, worker_env
 from .procs import kill_session
 from .users import User
@@ -93,7 +94,7 @@ class Worker:
             )
         os.close(write_fd)
         self.status = read_fd
-        self._buf = b""
+        self._lines = status.Lines()
         self._eof = False
 
     def send(self, job: Any) -> None:
@@ -120,9 +121,7 @@ class Worker:
         chunk = os.read(self.status, 65536)
         if not chunk:
             self._eof = True
-        self._buf += chunk
-        *done, self._buf = self._buf.split(b"\n")
-        return [line.decode("ascii", "replace") for line in done]
+        return self._lines.feed(chunk)  # a line too long or not ASCII comes back as one parse() refuses
 
     def crash_site(self) -> str | None:
         try:
@@ -318,70 +317,89 @@ class _Drive:
         self.fatal = False
         self.bye = False
         self.deadline = time.monotonic() + STARTUP_TIMEOUT
+        # Absolute: set once per phase and per exercise, and never past the grading's own end.
+        self.until = float("inf")
+        self.started: set[int] = set()
+        self.checked: set[tuple[int, int]] = set()
 
     def _exercise_deadline(self) -> None:
-        self.deadline = time.monotonic() + self.limits.timeout + self.limits.grace
+        self.deadline = min(time.monotonic() + self.limits.timeout + self.limits.grace, self.until)
 
     def handle(self, line: str) -> None:
+        """One status line (:mod:`grader.sandbox.status`); ChannelError if it breaks the protocol:
+        unknown, out of order, or an event said twice (nothing may move a deadline twice)."""
         from . import channel  # imports torch: not needed to start a worker
 
-        word, *rest = line.split()
+        word, args = status.parse(line)
+        ei = args[0] if args and word != "ready" else None
         if word == "ready" and self.phase == "startup":
+            rest = [str(a) for a in args]
             self.w.switched(rest[0].split(",") if rest else [])
             hidden = next((r.split("=", 1)[1] for r in rest[1:] if r.startswith("hidden=")), "no")
             if self.w.user is not None:
                 self.w.user.hidden = hidden.isdigit() and self.w.user.hidden is not False
             self.phase = "loading"
             self.deadline = time.monotonic() + self.limits.load_timeout
-        elif word == "cell" and rest and rest[0].isdigit():
-            self.cell = int(rest[0])
+        elif word == "cell" and self.phase == "loading":
+            self.cell = ei
         elif word == "loaded" and self.phase == "loading":
             self.phase = "grading"
+            per_exercise = self.limits.timeout + self.limits.grace
+            self.until = time.monotonic() + (len(self.pending) + 1) * per_exercise
             self._exercise_deadline()
             if self.first:
                 try:
-                    self.h.loaded(receive_record(self.w.out, " ".join(rest)))
+                    self.h.loaded(channel.loaded_from_data(receive_record(self.w.out, args[0])))
                 except channel.ChannelError as e:
                     self.h.loaded(e)
-        elif word == "start" and self.phase == "grading" and rest and rest[0].isdigit():
-            self.current = int(rest[0])
+        elif word == "start" and self.current is None and ei in self.pending and ei not in self.started:
+            self.current = ei
+            self.started.add(ei)
             self._exercise_deadline()
-        elif word == "check" and self.phase == "grading" and len(rest) >= 2:
-            ei, ci = (int(x) if x.isdigit() else -1 for x in rest[:2])
+        elif word == "check" and ei == self.current is not None and (ei, args[1]) not in self.checked:
+            self.checked.add((ei, args[1]))
             try:
-                data = receive_record(self.w.out, " ".join(rest[2:]))
+                data = receive_record(self.w.out, args[2])
                 if type(data) is not list:
                     raise channel.ChannelError("a check's record is not a list")
                 outcomes: Any = [channel.outcome_from_data(d) for d in data]
             except channel.ChannelError as e:
                 outcomes = e
-            self.h.check(ei, ci, outcomes)
-        elif word == "done" and self.phase == "grading" and rest and rest[0].isdigit():
-            ei = int(rest[0])
+            self.h.check(ei, args[1], outcomes)
+        elif word == "done" and ei == self.current is not None:
             self.finished.add(ei)
             self.current = None
             self.h.exercise_done(ei)
             self._exercise_deadline()
-        elif word == "bye" and self.phase == "grading":
+        elif word == "bye" and self.phase == "grading" and self.current is None:
             self.phase = "bye"
             self.bye = True
+        else:
+            raise channel.ChannelError(f"a status line out of order ({word})")
 
     def drive(self) -> None:
         limits = self.limits
         memory = None if limits.memory_mb is None else limits.memory_mb * 2**20 + 1024 * 2**20
         while self.phase != "bye":
-            for line in self.w.lines(min(0.05, max(self.deadline - time.monotonic(), 0))):
-                if line.strip():
-                    self.handle(line)
-                if self.phase == "bye":
-                    return
-            if not self.w.alive():
-                # Drain what it said before dying, then charge whatever it was doing.
-                for line in self.w.lines(0):
+            try:
+                for line in self.w.lines(min(0.05, max(self.deadline - time.monotonic(), 0))):
                     if line.strip():
                         self.handle(line)
-                if self.phase == "bye":
-                    return
+                    if self.phase == "bye":
+                        return
+                alive = self.w.alive()
+                if not alive:
+                    # Drain what it said before dying, then charge whatever it was doing.
+                    for line in self.w.lines(0):
+                        if line.strip():
+                            self.handle(line)
+            except Exception:  # noqa: BLE001 -- any byte of the worker's side is the submission's, not a crash
+                self.w.stop()
+                self.fail(status.UNREADABLE)
+                return
+            if self.phase == "bye":
+                return
+            if not alive:
                 self.fail(self.w.how_it_ended())
                 return
             if memory and self.w.rss_bytes() > memory:

@@ -1,0 +1,144 @@
+"""The grading parent treats every byte from a submission as hostile.
+
+What a submission's code writes to the worker's status pipe and records, and
+what its notebook files hold, is read with bounded lengths, numbers and counts:
+anything malformed is that submission's verdict ("sent data the grader cannot
+read"), never the grader's crash or a usage error, the results file is always
+written, and no deadline moves for anything the worker says.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import engine
+from grader.results import CRASHED, FAILED, PASSED, TIMED_OUT
+from grader.runners import cli
+from grader.sandbox import channel, status
+from grader.sandbox.limits import ChannelError
+
+SUBMISSIONS = Path(__file__).parent / "submissions"
+FORGED = ("causal_mask", "padding_mask", "decoder_mask", "document_mask", "sliding_window_mask",
+          "prefix_lm_mask")
+
+
+@pytest.mark.slow
+def test_a_submission_that_writes_to_the_grader_s_pipe_is_charged_not_the_grader(tmp_path):
+    """tests/submissions/forger.py: a 5000-digit number, a line that never ends, "start" every half
+    second for two minutes past the alarm, a record of 10**400 seconds, a record that would copy
+    300 MB, and bytes that are not ASCII. Each costs its own exercise; the grading ends in time."""
+    out = tmp_path / "results.json"
+    args = [str(SUBMISSIONS / "forger.py"), "--json", str(out), "--timeout", "2", "--quiet"]
+    code = cli.main([*args, *(a for name in FORGED for a in ("--exercise", name))])
+    assert code == 0
+    results = json.loads(out.read_text())
+    tests = {t["name"].split()[0]: t for t in results["tests"]}
+    assert set(tests) == set(FORGED)
+    for name in FORGED:
+        assert tests[name]["score"] == 0, (name, tests[name]["output"])
+        assert tests[name]["status"] in (CRASHED, TIMED_OUT, FAILED), (name, tests[name]["status"])
+    for name in ("causal_mask", "padding_mask", "decoder_mask", "prefix_lm_mask"):
+        assert status.UNREADABLE in tests[name]["output"], tests[name]["output"]
+    assert results["execution_time"] < 90  # decoder_mask alone would hold a moving deadline 120 s
+
+
+def test_a_notebook_nested_100000_deep_is_that_submission_s_message(tmp_path):
+    (tmp_path / "deep.ipynb").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "old.ipynb").write_text(json.dumps({"nbformat": 3, "worksheets": [{"cells": []}]}))
+    (tmp_path / "wide.ipynb").write_text(json.dumps({"cells": "x"}))
+    (tmp_path / "utf16.ipynb").write_bytes(json.dumps({"cells": []}).encode("utf-16"))
+    report = engine.grade(tmp_path, exercises=["causal_mask"])
+    text = "\n".join(report.notes)
+    assert "deep.ipynb is not a readable notebook: its JSON nests deeper than Python can read" in text
+    assert "old.ipynb is not a readable notebook: it is in the old notebook format 3" in text
+    assert "wide.ipynb is not a readable notebook: no list of cells" in text
+    assert "utf16.ipynb could not be read: it is UTF-16 text" in text
+    assert not report.usage_error and report.exercise("causal_mask").score == 0
+
+
+def test_a_chain_of_helpers_deeper_than_python_s_stack_is_read(tmp_path):
+    """The rules' scan follows helpers with a stack of its own."""
+    chain = "\n".join(f"def h{i}():\n    return h{i + 1}()\n" for i in range(3000))
+    (tmp_path / "chain.py").write_text(f"{chain}\ndef h3000():\n    return 1\n\n"
+                                       "def causal_mask(n, *, device=None):\n    return h0()\n")
+    report = engine.grade(tmp_path / "chain.py", exercises=["causal_mask"], timeout=2)
+    assert report.exercise("causal_mask").status != PASSED and not report.error
+
+
+# --------------------------------------------------------------------------- the readers, one by one
+
+@pytest.mark.parametrize("line", [
+    "start " + "9" * 5000, "check 0 1 " + "1" * 4400 + ".0 0 10", "cell -1", "start 1 2", "done x",
+    "loaded ../../etc/passwd 0 10", "hello", "check 0 0 1.0 0", "bye " + "9" * 10,
+])
+def test_status_lines_outside_the_grammar_are_refused(line):
+    with pytest.raises(ChannelError):
+        status.parse(line)
+
+
+def test_status_lines_are_bounded_and_ascii():
+    lines = status.Lines()
+    assert lines.feed(b"start 3\ncheck 3 0 12.0 0 40\npartial") == ["start 3", "check 3 0 12.0 0 40"]
+    assert status.parse("check 3 0 12.0 0 40") == ("check", [3, 0, "12.0 0 40"])
+    # the lines before a bad one are read; the bad one is refused in its place; nothing after it is read
+    *good, bad = status.Lines().feed(b"start 3\n" + b"9" * (status.MAX_LINE + 1))
+    assert good == ["start 3"]
+    with pytest.raises(ChannelError, match="longer than"):
+        status.parse(bad)
+    lines = status.Lines()
+    *good, bad = lines.feed("done 3\ncaf\u00e9\ndone 4\n".encode())
+    assert good == ["done 3"] and lines.feed(b"done 5\n") == []
+    with pytest.raises(ChannelError, match="ASCII"):
+        status.parse(bad)
+
+
+def _record(obj, raw: bytes = b"", pickled: bytes | None = None) -> bytes:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if pickled is None else pickled
+    return channel.MAGIC + struct.pack("<Q", len(body)) + body + raw
+
+
+def test_a_record_of_10_to_the_400_seconds_is_a_channel_error():
+    with pytest.raises(ChannelError, match="64 bits"):
+        channel.decode(_record([{"output": None, "seconds": 10**400}]))
+    for bad in (10**400, float("nan"), float("inf"), -1.0, "1"):
+        with pytest.raises(ChannelError):
+            channel.outcome_from_data({"seconds": bad})
+
+
+def test_a_record_cannot_make_the_parent_copy_what_it_shares():
+    """One long string referenced many times, or one tensor's bytes referenced many times: the parent
+    would hold gigabytes from a record of kilobytes."""
+    big = "x" * (channel.MAX_STRING + 1)
+    with pytest.raises(ChannelError, match="characters"):
+        channel.decode(_record([big] * 50))
+    buf = io.BytesIO()
+    pid = ("tensor", "float32", [256], 0, 1024)
+
+    class Shared(pickle.Pickler):
+        def persistent_id(self, obj):
+            return pid if isinstance(obj, torch.Tensor) else None
+
+    t = torch.zeros(256)
+    Shared(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([t] * 1000)
+    with pytest.raises(ChannelError):
+        channel.decode(_record(None, raw=bytes(1024), pickled=buf.getvalue()))
+    buf = io.BytesIO()
+    Shared(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([t])
+    assert channel.decode(_record(None, raw=bytes(1024), pickled=buf.getvalue()))[0].shape == (256,)
+
+
+def test_the_loaded_record_is_checked_and_cut():
+    d = channel.loaded_from_data({"found": {"causal_mask": "x" * 10_000, 3: "y"},
+                                  "errors": ["e" * 10_000] * 500})
+    assert len(d["found"]["causal_mask"]) == 300 and 3 not in d["found"]
+    assert len(d["errors"]) == 50 and all(len(e) == 500 for e in d["errors"])
+    for bad in (None, {"found": []}, {"found": {}, "errors": 5}):
+        with pytest.raises(ChannelError):
+            channel.loaded_from_data(bad)
