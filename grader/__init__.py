@@ -7,6 +7,9 @@
 * ``from grader import check; check(causal_mask)`` runs an exercise's public
   checks inside a notebook (see :mod:`grader.runners.notebook`).
 
+A submission's files are read only through :mod:`grader.files` (plain files, never
+through a link, within size limits).
+
 Attributes are imported lazily: ``import grader`` stays cheap, and the
 sandboxed worker imports this package without pulling in the reference.
 """

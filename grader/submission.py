@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import files
+
 SUFFIXES = (".ipynb", ".py")
 MAX_FILE_BYTES = 8 * 2**20
 MAX_CELLS = 10_000  # a notebook's cells read; the course's have about 30
@@ -110,47 +112,55 @@ class Source:
 def read(path: str | os.PathLike) -> Source:
     """Read a notebook, a .py file or a folder of them. Never runs student code.
 
-    Raises :class:`SubmissionError` only when ``path`` does not exist; every other
-    problem (empty, corrupt, binary, not Python) is recorded in ``problems``.
+    Files are read as files (:mod:`grader.files`): a symbolic link, a pipe, a device or a
+    socket is named in ``problems`` and not read. Raises :class:`SubmissionError` only
+    when ``path`` does not exist; every other problem (empty, corrupt, binary, not
+    Python, a link) is recorded in ``problems``.
     """
     p = Path(path)
     src = Source(path=str(path))
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise SubmissionError(
             f"{path} does not exist. Pass an exercise notebook (.ipynb), a .py file, "
             "or the folder holding them (e.g. exercises/)."
         )
+    if p.is_symlink():
+        src.problems.append(f"{p.name} is {files.kind(os.lstat(p).st_mode)}: the grader reads only plain "
+                            "files and folders, so it was not read")
+        return src
     if p.is_dir():
-        files = files_in(p)
-        if not files:
+        found = _listing(p)
+        src.problems.extend(found.problems())
+        names = found.files
+        if not names and not found.refused:
             src.problems.append(f"the folder {p.name or path} holds no notebooks (.ipynb) or .py files")
         base = p
     else:
-        files, base = [p], p.parent
-    for f in files:
-        name = f.relative_to(base).as_posix()
+        names, base = [Path(p.name)], p.parent
+    for rel in names:
+        name = rel.as_posix()
         src.files.append(name)
-        _read_file(f, name, src)
-        if f.suffix == ".py" and f.parent == base and p.is_dir():
-            text = _text(f)
-            if isinstance(text, str):
-                src.helpers[f.name] = text
+        text = _read_file(base, rel, name, src)
+        if rel.suffix == ".py" and len(rel.parts) == 1 and p.is_dir() and isinstance(text, str):
+            src.helpers[rel.name] = text
     return src
 
 
+def _listing(folder: Path) -> files.Listing:
+    return files.listing(folder, keep=lambda name: name.endswith(SUFFIXES) and not name.startswith("."),
+                         skip_dir=lambda name: name.startswith(".") or name in _SKIP_DIRS)
+
+
 def files_in(folder: Path) -> list[Path]:
-    """The notebooks and .py files a folder submission consists of, in order (hidden folders left out)."""
-    return sorted(f for f in folder.rglob("*") if f.suffix in SUFFIXES and f.is_file()
-                  and not any(part.startswith(".") or part in _SKIP_DIRS
-                              for part in f.relative_to(folder).parts))
+    """The notebooks and .py files a folder submission consists of, in order (hidden folders left
+    out), links and other entries that are not plain files included (the report names them)."""
+    found = _listing(folder)
+    return sorted(folder / rel for rel in [*found.files, *(rel for rel, _ in found.refused)])
 
 
-def _text(f: Path) -> str | Exception:
+def _text(base: Path, rel: Path) -> str | Exception:
     try:
-        size = f.stat().st_size
-        if size > MAX_FILE_BYTES:
-            return ValueError(f"{size // 2**20} MiB is over the {MAX_FILE_BYTES // 2**20} MiB limit")
-        data = f.read_bytes()
+        data = files.read(base, rel, MAX_FILE_BYTES)
     except OSError as e:
         return e
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -163,27 +173,28 @@ def _text(f: Path) -> str | Exception:
         return ValueError(f"it is not UTF-8 text ({e.reason} at byte {e.start})")
 
 
-def _read_file(f: Path, name: str, src: Source) -> None:
-    text = _text(f)
+def _read_file(base: Path, f: Path, name: str, src: Source) -> str | None:
+    """Add the file's cells to ``src`` (or a problem); its text, when it could be read."""
+    text = _text(base, f)
     if isinstance(text, Exception):
-        src.problems.append(f"{name} could not be read: {text}")
-        return
+        what = text.strerror if isinstance(text, OSError) and text.strerror else text
+        src.problems.append(f"{name} could not be read: {what}")
+        return None
     if not text.strip():
         src.problems.append(f"{name} is empty")
-        return
+        return text
     if f.suffix == ".ipynb":
         try:
             cells = notebook_cells(text, name)
         except ValueError as e:  # the reader's own words: nothing of the file's text
-
             src.problems.append(f"{name} is not a readable notebook: {e}. "
                                 "Open it in Jupyter and save it again, or re-download it.")
-            return
+            return text
     elif f.suffix == ".py":
         cells = python_cells(text, name)
     else:
         src.problems.append(f"{name} is neither a notebook (.ipynb) nor a Python file (.py)")
-        return
+        return text
     if not cells:
         src.problems.append(f"{name} has no code")
     for cell in cells:
@@ -191,6 +202,7 @@ def _read_file(f: Path, name: str, src: Source) -> None:
         if err:
             src.syntax_errors.append((cell, err))
         src.cells.append(cell)
+    return text
 
 
 def notebook_cells(text: str, name: str) -> list[Cell]:

@@ -169,7 +169,8 @@ def test_side_effects_that_are_not_cheating_cost_nothing(hostile):
     # Floods of output; stdin read, stray process and thread, cwd and env changed.
     for name in ("sliding_window_mask", "prefix_lm_mask"):
         assert tests[name]["status"] == "passed", tests[name]["output"]
-    assert "chatter" in results["output"]  # shown, truncated
+    # hidden cases ran: what it printed is not shown to the student (it may spell a hidden case out)
+    assert "chatter" not in results["output"] and "What your code printed is not shown" in results["output"]
     assert len(results["output"]) < 10_000
 
 
