@@ -46,6 +46,7 @@ from typing import Any
 from .. import seed as seed_mod
 from ..sandbox.forkserver import Zygote
 from ..seed import SEED_ENV
+from ..terminal import printable
 from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
 from .roster import Student, content_hash, discover, grading_target
 from .scores import (
@@ -136,13 +137,14 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     core = cores.get() if cores is not None else None
     try:
         cpus = None if core is None else {core}
-        # cwd: the student's own output folder, so stray files land there.
+        # cwd: the student's own output folder, so stray files land there. absolute(), not resolve():
+        # a submission that is a link is handed over as one (the engine reads no link).
         if preloaded is not None and command is engine_command:
-            args = engine_args(target.resolve(), private.resolve(), extra)
+            args = engine_args(target.absolute(), private.resolve(), extra)
             res = preloaded.run(args, timeout=timeout, log=log, cwd=folder, cpus=cpus,
                                 env={SEED_ENV: str(seed)})
         else:
-            res = run_limited(command(target.resolve(), private.resolve(), seed, extra), timeout=timeout,
+            res = run_limited(command(target.absolute(), private.resolve(), seed, extra), timeout=timeout,
                               log=log, env=env, cwd=folder, cpus=cpus)
     finally:
         if core is not None:
@@ -266,6 +268,7 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
     manifest.data["seed"] = seed
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
@@ -297,7 +300,7 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
                     row = Row(s.name, s.slug, "crashed", message)
                 rows[s.slug] = row
                 manifest.record(row, key)
-                bar.update(task, advance=1, description=f"{s.name}: {row.status}")
+                bar.update(task, advance=1, description=escape(printable(f"{s.name}: {row.status}")))
         except BaseException:
             # Ctrl-C: stop now, not after the running students finish. Finished rows are
             # in the manifest, so the same command resumes where this run stopped.
@@ -334,6 +337,7 @@ def _core_pool(jobs: int) -> queue.Queue | None:
 def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: int) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     if not console.is_terminal:  # a log file or a pipe: room for the whole table
@@ -361,8 +365,8 @@ def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: i
         f = Table(title="Submissions that could not be graded")
         for col in ("student", "status", "why"):
             f.add_column(col, overflow="fold")
-        for r in failures:
-            f.add_row(r.student, r.status, r.message)
+        for r in failures:  # as text: a folder's name may hold markup or escapes
+            f.add_row(*(Text(printable(x)) for x in (r.student, r.status, r.message)))
         console.print(f)
     console.print(f"seed {seed} (reproduce with GRADER_SEED={seed}) · {jobs} workers · {wall:.1f} s wall · "
                   f"grades: {out / 'grades.csv'}")

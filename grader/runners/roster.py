@@ -3,20 +3,26 @@
 :func:`discover` names the students and gives each a safe output folder,
 :func:`content_hash` fingerprints a submission's files (so an unchanged one is not
 regraded) and :func:`grading_target` picks what of a submission the engine grades.
+All three read a submission as :mod:`grader.files` does: no link is followed, no pipe
+or device is opened, so one student's symlink to a FIFO or to ``/dev/zero`` costs
+that student's row, not the class.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from .. import files
 
 #: Files the engine grades; anything else in SUBMISSIONS_DIR is not a student.
 SOURCE_SUFFIXES = (".ipynb", ".py")
 #: Folders that never belong to a submission's content (editor and VCS debris).
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".git"}
+#: Bytes of one file hashed (the engine reads at most 8 MiB of one); a bigger one is hashed by its size.
+MAX_HASHED_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -42,7 +48,9 @@ def discover(submissions: Path, out: Path | None = None) -> tuple[list[Student],
     for p in sorted(submissions.iterdir()):
         if _is_hidden(p) or p.name in _SKIP_DIRS or (out_resolved and p.resolve() == out_resolved):
             continue
-        if p.is_dir() or (p.is_file() and p.suffix in SOURCE_SUFFIXES):
+        if p.is_symlink() and (p.suffix in SOURCE_SUFFIXES or p.is_dir()):
+            entries.append(p)  # a student whose submission is a link: its row says so (never followed)
+        elif p.is_dir() or (p.is_file() and p.suffix in SOURCE_SUFFIXES):
             entries.append(p)
         else:
             ignored.append(p)
@@ -63,25 +71,26 @@ def discover(submissions: Path, out: Path | None = None) -> tuple[list[Student],
 
 
 def _source_files(path: Path) -> list[Path]:
-    if path.is_file():
+    """The submission's files, plain or not (links, pipes, devices are listed, never followed)."""
+    if not path.is_dir() or path.is_symlink():
         return [path]
-    found = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        found += [Path(root) / f for f in sorted(files) if not f.startswith(".")]
-    return found
+    found = files.listing(path, keep=lambda name: not name.startswith("."),
+                          skip_dir=lambda name: name in _SKIP_DIRS or name.startswith("."))
+    return [path / rel for rel in sorted([*found.files, *(rel for rel, _ in found.refused)])]
 
 
 def content_hash(path: Path) -> str:
-    """sha256 over the submission's files (relative names and bytes)."""
+    """sha256 over the submission's files (relative names and bytes). Never raises, never blocks:
+    a file that is not plain (a link, a pipe, a device) is hashed by its name and what it is."""
     h = hashlib.sha256()
-    base = path if path.is_dir() else path.parent
+    base = path if path.is_dir() and not path.is_symlink() else path.parent
     for f in _source_files(path):
-        h.update(str(f.relative_to(base)).encode() + b"\0")
+        rel = f.relative_to(base)
+        h.update(str(rel).encode() + b"\0")
         try:
-            h.update(f.read_bytes())
+            h.update(files.read(base, rel, MAX_HASHED_BYTES))
         except OSError as e:  # an unreadable file still changes the hash if it changes
-            h.update(f"<unreadable: {e}>".encode())
+            h.update(f"<not read: {e}>".encode())
         h.update(b"\0")
     return h.hexdigest()
 
@@ -90,8 +99,8 @@ def grading_target(path: Path) -> Path | None:
     """What to hand to the engine: the student's file or folder, or their ``exercises/``
     when they submitted a whole clone of the template repository. None when there is
     no notebook or .py file anywhere in it."""
-    if path.is_file():
-        return path
+    if path.is_file() or path.is_symlink():
+        return path  # a link is handed over as it is: the engine names it and reads nothing
     if not any(f.suffix in SOURCE_SUFFIXES for f in _source_files(path)):
         return None
     exercises = path / "exercises"
