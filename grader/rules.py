@@ -12,7 +12,13 @@ Three layers enforce this, each cheap:
   exercise reaches a forbidden name, directly or through a helper function.
 * :func:`block_imports` (worker only) makes ``import attnmask`` fail with the rule.
 * :func:`forbid_torch_apis` replaces the torch callables by functions that raise
-  :class:`ForbiddenAPIError`, so a check that hits one fails with the rule.
+  :class:`ForbiddenAPIError`, so a check that hits one fails with the rule, and
+  blocks the fused attention operators themselves in PyTorch's dispatcher
+  (:mod:`grader.fused`): ``torch.ops.aten``, the kernels under SDPA, flex
+  attention's operators, the real function kept in a stand-in or called from
+  code compiled under a grader file name all end there. The stand-ins hold no
+  reference to what they replace, and nothing is let through by its caller's
+  file name.
 """
 
 from __future__ import annotations
@@ -40,11 +46,20 @@ FORBIDDEN_NAMES = (
     "_scaled_dot_product_attention_math",
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_cudnn_attention",
+    "_efficient_attention_forward",
+    "_flash_attention_forward",
+    "_native_multi_head_attention",
     # grouped-query attention and ALiBi (chapter 9): SDPA's GQA switch (also caught
     # as a keyword argument) and the transformers helper that builds the bias
     "enable_gqa",
     "build_alibi_tensor",
 )
+#: What the rule names when a fused attention operator ran, whatever called it (one wording: feedback
+#: on hidden checks shows only the rule's own words).
+FUSED_KERNEL = ("a fused attention kernel of PyTorch (scaled_dot_product_attention or an operator under it, "
+                "flex attention, fused masked softmax)")
 #: (module, attribute, name shown to the student) replaced at run time.
 _TORCH_CALLABLES = (
     ("torch.nn.functional", "scaled_dot_product_attention",
@@ -56,8 +71,6 @@ _TORCH_CALLABLES = (
     ("torch.nn.modules", "MultiheadAttention", "torch.nn.MultiheadAttention"),
     ("torch.nn.modules.activation", "MultiheadAttention", "torch.nn.MultiheadAttention"),
 )
-
-_GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 class ForbiddenAPIError(RuntimeError):
@@ -72,7 +85,7 @@ def message(what: str) -> str:
 def is_rule_message(text: str) -> bool:
     """Whether ``text`` is :func:`message` of something forbidden: the grader's words, not a
     submission's that raised an exception of the same name."""
-    shown = {*FORBIDDEN_MODULES, *FORBIDDEN_NAMES, *(name for _, _, name in _TORCH_CALLABLES)}
+    shown = {*FORBIDDEN_MODULES, *FORBIDDEN_NAMES, FUSED_KERNEL, *(name for _, _, name in _TORCH_CALLABLES)}
     return any(text == message(what) for what in shown)
 
 
@@ -253,19 +266,9 @@ def reference_folders(course_paths: list[str]) -> list[str]:
     return sorted(set(out))
 
 
-def _from_grader(depth: int = 2) -> bool:
-    """True when the caller is the grader's own code (e.g. a trusted FnSpec builder)."""
-    try:
-        filename = sys._getframe(depth).f_code.co_filename
-    except ValueError:
-        return False
-    return os.path.dirname(os.path.abspath(filename)) == _GRADER_DIR
-
-
 def _forbidden_function(original, shown: str):
+    # No reference to ``original`` (no closure, no __wrapped__): the stand-in leads nowhere.
     def forbidden(*args, **kwargs):
-        if _from_grader():
-            return original(*args, **kwargs)
         raise ForbiddenAPIError(message(shown))
 
     forbidden.__name__ = getattr(original, "__name__", shown)
@@ -277,12 +280,16 @@ def _forbidden_class(original, shown: str):
     def __init__(self, *args, **kwargs):
         raise ForbiddenAPIError(message(shown))
 
-    return type(original.__name__, (original,), {"__init__": __init__, "__doc__": message(shown)})
+    # Not a subclass: __bases__ / __mro__ would hand the real class back.
+    return type(original.__name__, (), {"__init__": __init__, "__doc__": message(shown)})
 
 
 @contextmanager
 def forbid_torch_apis() -> Iterator[None]:
-    """Replace the forbidden torch callables while the block runs (restored after)."""
+    """Replace the forbidden torch callables, and block the fused attention operators in the
+    dispatcher (:func:`grader.fused.blocked`), while the block runs (both restored after)."""
+    from . import fused
+
     saved = []
     for module_name, attr, shown in _TORCH_CALLABLES:
         module = sys.modules.get(module_name)
@@ -293,7 +300,8 @@ def forbid_torch_apis() -> Iterator[None]:
         saved.append((module, attr, original))
         setattr(module, attr, stand_in)
     try:
-        yield
+        with fused.blocked(lambda name: ForbiddenAPIError(message(FUSED_KERNEL))):
+            yield
     finally:
         for module, attr, original in reversed(saved):
             setattr(module, attr, original)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import fnspecs, rules  # noqa: F401 -- fnspecs: imported before the course is hidden
+from .. import fnspecs, fused, rules  # noqa: F401 -- fnspecs, fused: imported before the course is hidden
 from ..spec import Call, Outcome
 from ..submission import Cell, pick, run_cells
 from . import channel, confine, deferred

@@ -1,0 +1,94 @@
+"""PyTorch's fused attention kernels, blocked where they run: in its dispatcher.
+
+The rule (:mod:`grader.rules`) forbids the functions that would be the answer.
+Replacing ``F.scaled_dot_product_attention`` by a stand-in stops the name, not
+the kernel: ``torch.ops.aten.scaled_dot_product_attention``, the kernels under it
+(``_scaled_dot_product_flash_attention_for_cpu``, ``_scaled_dot_product_attention_math``,
+``_efficient_attention_forward``, ...), the real function kept in a stand-in's
+closure or compiled under a file name of the grader's all reach the same
+operators. :func:`blocked` registers, for every such operator the dispatcher
+knows and at every dispatch key it has a kernel for, a kernel that raises the
+rule; and the flex attention higher-order operators raise it when called. Who
+calls, and by what name, no longer matters: the operator runs or it does not.
+
+Imports torch: the worker and the notebook's ``check`` use it, the parent never.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+#: Fragments of the names of the operators that are attention (or masked softmax) in one kernel.
+FUSED = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
+         "multi_head_attention", "masked_softmax", "transformer_encoder_layer", "flex_attention")
+_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional",
+         "CPU", "CUDA", "Meta", "MPS", "XPU", "HPU", "PrivateUse1", "QuantizedCPU", "QuantizedCUDA",
+         "NestedTensorCPU", "NestedTensorCUDA", "NestedTensorMeta", "SparseCPU", "SparseCUDA")
+
+
+def fused_operators() -> list[str]:
+    """``aten::`` operators (with overloads) that compute attention in one kernel; backward ones left out
+    (they run only after a forward one did)."""
+    return sorted(name for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("aten::") and "backward" not in name and any(f in name for f in FUSED))
+
+
+def _hops() -> list[type]:
+    """The classes of the higher-order operators of flex attention (imported with torch)."""
+    from torch._ops import HigherOrderOperator
+
+    found = []
+    for module in ("torch._higher_order_ops.flex_attention",):
+        try:
+            mod = __import__(module, fromlist=["_"])
+        except ImportError:
+            continue
+        found += [obj for obj in vars(mod).values() if isinstance(obj, type)
+                  and issubclass(obj, HigherOrderOperator) and obj is not HigherOrderOperator]
+    return found
+
+
+@contextmanager
+def blocked(refuse: Callable[[str], BaseException]) -> Iterator[list[str]]:
+    """While the block runs, every fused attention operator raises ``refuse(operator name)``.
+    Yields the operators blocked. On exit the dispatcher's own kernels are back."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def kernel_for(name: str):
+        def refused(*args, **kwargs):
+            raise refuse(name)
+
+        return refused
+
+    def call_for(name: str):
+        def refused(self, *args, **kwargs):
+            raise refuse(name)
+
+        return refused
+
+    names, saved = [], []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+            for qualified in fused_operators():
+                op = qualified.split("::", 1)[1]
+                for key in _KEYS:
+                    if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key):
+                        lib.impl(op, kernel_for(qualified), key)
+                        names.append(qualified)
+        for cls in _hops():
+            saved.append((cls, cls.__dict__.get("__call__")))
+            cls.__call__ = call_for(cls.__name__)
+            names.append(cls.__name__)
+        yield sorted(set(names))
+    finally:
+        for cls, call in saved:
+            if call is None:
+                del cls.__call__
+            else:
+                cls.__call__ = call
+        lib._destroy()
