@@ -142,3 +142,16 @@ def test_the_loaded_record_is_checked_and_cut():
     for bad in (None, {"found": []}, {"found": {}, "errors": 5}):
         with pytest.raises(ChannelError):
             channel.loaded_from_data(bad)
+
+
+def test_a_crash_is_placed_only_in_the_submission_s_own_files(tmp_path):
+    """stderr is the submission's to write: a fake crash dump naming a "file" of its choosing
+    (a hidden case spelled out) is not quoted; a real one in its own file is."""
+    from grader.sandbox import supervisor
+
+    w = object.__new__(supervisor.Worker)
+    w.dir, w.sites = tmp_path, {"cell 2 of ex01.ipynb"}
+    for site, shown in (("cell 2 of ex01.ipynb", True), ("cell 2 of n seven x eleven.ipynb", False)):
+        (tmp_path / "stderr.txt").write_text(f'Fatal Python error: Segmentation fault\n\n'
+                                             f'  File "<{site}>", line 7 in causal_mask\n')
+        assert w.crash_site() == (f"line 7 of {site}" if shown else None)

@@ -129,6 +129,18 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     except ValueError as e:  # unknown exercise names
         stop()
         return _usage(args, parser, str(e))
+    except Exception as e:  # noqa: BLE001 -- the grader's own bug: still a results file, and no usage error
+        stop()
+        message = f"internal grader error ({type(e).__name__}: {str(e)[:200]}); please report it"
+        if args.json:
+            from ..report import failure_json
+
+            try:
+                failure_json(f"Not graded: {message}", args.json)
+            except OSError:
+                pass
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return INTERNAL_ERROR
     stop()
 
     umask = os.umask(0o077)  # the report files are ours alone: they hold the seed

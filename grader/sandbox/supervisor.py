@@ -96,6 +96,7 @@ class Worker:
         self.status = read_fd
         self._lines = status.Lines()
         self._eof = False
+        self.sites: set[str] = set()  # the submission's own file names: a crash is placed in one of them
 
     def send(self, job: Any) -> None:
         """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
@@ -127,7 +128,9 @@ class Worker:
         try:
             with open(self.dir / "stderr.txt", "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - 16384))
-                return crash_site_in(f.read().decode("utf-8", "replace"))
+                site = crash_site_in(f.read().decode("utf-8", "replace"))
+                # stderr is the submission's to write: a "dump" of its own must not say what it likes
+                return site if site and site.split(" of ", 1)[1] in self.sites else None
         except OSError:
             return None
 
@@ -279,7 +282,9 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
             worker = worker or spare or Worker(tmp, n, user)
             spare = None
             n += 1
-            worker.send(make_job(left))
+            job = make_job(left)
+            worker.sites = {c.filename.strip("<>") for c in getattr(job, "cells", ())}
+            worker.send(job)
             if n > 1:
                 # One crash often comes with more: have the next worker import torch meanwhile.
                 spare = Worker(tmp, n + 100, user)
