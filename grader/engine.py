@@ -45,7 +45,7 @@ from .results import (
 )
 from .sandbox import confine, integrity
 from .sandbox.limits import TIME_LIMIT, Limits, note
-from .sandbox.supervisor import Worker
+from .sandbox.supervisor import Worker, output_tail
 from .sandbox.users import User, claim_user, isolation
 from .verdicts import all_not_implemented, check_result, judge
 
@@ -100,6 +100,7 @@ class _Exercise:
         self.outcomes_seen: list = []
         self.findings: list[rules.Finding] = []
         self.final = False
+        self.public_errors: dict[str, str] = {}  # exception type -> the public check that raised it
         self.timed_out: int | None = None  # the check in which the worker stopped a call at the time limit
         from .spec import Verdict
 
@@ -231,7 +232,8 @@ class _Grading:
             st.outcomes_seen.extend(o.error for o in outcomes)  # only errors: records are not kept
             if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
                 st.timed_out = ci
-        st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout)
+        st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout,
+                                public_errors=st.public_errors)
 
     def exercise_done(self, ei: int) -> None:
         if 0 <= ei < len(self.states):
@@ -445,6 +447,4 @@ def _run(src, states, limits, grading, tmp, worker, user, private: list[str]) ->
 
 
 def _printed(tmp: Path) -> str:
-    from .sandbox.supervisor import output_tail
-
     return output_tail(tmp).replace(str(tmp), "<tmp>")

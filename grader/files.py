@@ -47,7 +47,9 @@ class Listing:
     def problems(self, label: Callable[[Path], str] = str) -> list[str]:
         """One line per refused entry, for the report."""
         out = [f"{label(p)} is {what}: the grader reads only plain files, so it was not read"
-               for p, what in self.refused]
+               for p, what in self.refused[:20]]
+        if len(self.refused) > 20:
+            out.append(f"and {len(self.refused) - 20} more entries that are not plain files, not read")
         if self.truncated:
             out.append(f"the submission holds more than {MAX_ENTRIES} files or folders, or folders "
                        f"nested deeper than {MAX_DEPTH}: only the first were looked at")

@@ -21,13 +21,15 @@ from .spec import NotATensor, Verdict
 _BUILTIN_TYPES = {name for name, obj in vars(builtins).items() if isinstance(obj, type)}
 
 
-def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: float | None = None):
+def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: float | None = None,
+          public_errors: dict[str, str] | None = None):
     """The verdict of one check on what its calls produced, never an exception.
 
     ``outcomes`` is a list of :class:`~grader.spec.Outcome` or a
     :class:`~grader.sandbox.channel.ChannelError`. Rule breaks and time limits are
     named here, before the check's judge sees them, so every check words them
-    the same way.
+    the same way. ``public_errors`` (exception type -> public check), kept per exercise,
+    lets a hidden check that raised name the public check that raises the same.
     """
     if isinstance(outcomes, ChannelError):
         return Verdict(False, f"what came back could not be read: {outcomes}")
@@ -63,7 +65,23 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
             verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
         if not check.public:
             _cut_student_text(verdict, outcomes)
+    _public_case(check, verdict, outcomes, public_errors)
     return verdict
+
+
+def _public_case(check, verdict, outcomes, public_errors: dict[str, str] | None) -> None:
+    """Remember which public check raised which exception type; point a hidden check that raised
+    one of them to it: there the student sees the whole message, on a case they know."""
+    if public_errors is None:
+        return
+    kinds = [error_type(o.error) for o in outcomes if o.error and not o.error.startswith(TIME_LIMIT)]
+    if check.public:
+        for kind in kinds:
+            public_errors.setdefault(kind, check.name)
+    elif not verdict.passed and kinds and kinds[0] in public_errors:
+        verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + (
+            f"the public check \"{public_errors[kinds[0]]}\" raises it too: run check(...) in the notebook "
+            "to see its message")
 
 
 def _cut_student_text(verdict, outcomes) -> None:

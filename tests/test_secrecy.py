@@ -190,5 +190,6 @@ def test_hidden_cases_do_not_ride_out_on_what_student_code_says(tmp_path):
     assert not [b for b in hidden if "EXFIL" in b], hidden
     assert sum("is not shown on hidden checks" in b for b in hidden) >= 3  # the type is named, not the text
     assert sum("a class the submission defines" in b for b in hidden) >= 2
+    assert any('the public check "matches reference (n=4)" raises it too' in b for b in hidden), hidden
     assert "EXFIL" in p.stdout  # the operator's terminal shows what it printed, as text
     assert "\x1b" not in p.stdout and "\r" not in p.stdout and "\x1b" not in p.stderr, p.stdout
