@@ -70,11 +70,17 @@ class Copy:
         env["PYTHONPATH"] = str(self.root)
         if not privdrop:
             env[users.NO_PRIVDROP_ENV] = "1"
+        env["COLUMNS"] = "1000"  # the terminal report, one line per paragraph
         args = [a for name in EXERCISES for a in ("--exercise", name)]
-        p = subprocess.run([str(self.python), "-m", "grader", str(submission), "--json", str(out), "--quiet",
-                            *args], cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
+        p = subprocess.run([str(self.python), "-m", "grader", str(submission), "--json", str(out),
+                            "--verbose", *args],
+                           cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr
-        return json.loads(out.read_text()), p.stderr
+        results = json.loads(out.read_text())
+        # What the submission printed is only in the terminal report: results.json leaves it out
+        # when hidden cases ran.
+        results["terminal"] = p.stdout
+        return results, p.stderr
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +117,9 @@ def test_as_root_the_worker_cannot_write_the_grader_or_site_packages(copy, stub)
         pytest.skip(f"this machine cannot run the worker as another user: {stderr.strip()}")
     for what in ("checks/__init__.py", "checks/judges.py", "checks/zz_tamper.py", "site-packages .pth"):
         # refused (PermissionError), or not even there: the grader's files are hidden (FileNotFoundError)
-        said = re.search(f"tamper {re.escape(what)}: (PermissionError|FileNotFoundError)", results["output"])
-        assert said, results["output"]
+        said = re.search(f"tamper {re.escape(what)}: (PermissionError|FileNotFoundError)",
+                         results["terminal"])
+        assert said, results["terminal"]
     assert TAMPERED_NOTE not in results["output"]
     assert all(t["score"] == t["max_score"] > 0 for t in results["tests"]), _scores(results)
     _check_afterwards(copy, stub, before, privdrop=True)
@@ -123,7 +130,7 @@ def test_changes_are_restored_and_exercises_after_them_score_zero(copy, stub):
     before = copy.files()
     results, _ = copy.grade(SUBMISSIONS / "tamper.py", privdrop=False)
     for what in ("checks/__init__.py", "checks/judges.py", "checks/zz_tamper.py", "site-packages .pth"):
-        assert f"tamper {what}: done" in results["output"], results["output"]
+        assert f"tamper {what}: done" in results["terminal"], results["terminal"]
     assert TAMPERED_NOTE in results["output"]
     for shown in ("grader/checks/judges.py changed", "grader/checks/__init__.py changed",
                   "grader/checks/zz_tamper.py added", "site-packages/zz_grader_tamper.pth added"):

@@ -70,6 +70,7 @@ def test_links_pipes_and_devices_are_named_and_not_read(tmp_path):
     with pytest.raises(files.NotAFile):
         files.read(sub, "../sub/mine.py", 2**20)
     assert files.read(sub, "mine.py", 2**20).startswith(b"def causal_mask")
+    (sub / "pipe.ipynb").unlink()  # a pipe left in /tmp would stall whatever reads it
 
 
 def _ex01(folder: Path) -> None:
@@ -104,3 +105,4 @@ def test_class_mode_survives_links_to_other_students_fifos_and_dev_zero(tmp_path
     log = (tmp_path / "out" / "bob" / "grader.log").read_text()
     assert "ex01_leakage.ipynb is a symbolic link" in log
     assert stat.S_ISFIFO(os.lstat(subs / "carol" / "ex01_leakage.ipynb").st_mode)  # untouched
+    (subs / "carol" / "ex01_leakage.ipynb").unlink()  # a pipe left in /tmp would stall whatever reads it

@@ -8,6 +8,7 @@ leak), and answers ``causal_mask`` with the reference's own code if it can read 
 
 import os
 import re
+import stat
 import sys
 import time
 
@@ -25,7 +26,10 @@ def _look(path, data):
 
 def _read(path, limit=2_000_000):
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a named pipe must not hold the search up
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return b""
             return f.read(limit)
     except OSError:
         return b""
