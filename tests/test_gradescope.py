@@ -207,7 +207,7 @@ def test_feedback_on_hidden_checks_carries_no_hidden_input(tmp_path, bundle):
     for ids in hidden:
         assert str(ids.tolist()) not in text and str(ids.tolist()[0]) not in text, ids
     assert "my inputs: [[0, 0, 1, 1, 1]]" in text  # a public case: shown in full
-    assert "digits masked" in text
+    assert "its message is not shown on hidden checks" in text and "IDS" not in results["output"]
 
 
 def test_empty_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
