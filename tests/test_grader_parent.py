@@ -155,3 +155,33 @@ def test_a_crash_is_placed_only_in_the_submission_s_own_files(tmp_path):
         (tmp_path / "stderr.txt").write_text(f'Fatal Python error: Segmentation fault\n\n'
                                              f'  File "<{site}>", line 7 in causal_mask\n')
         assert w.crash_site() == (f"line 7 of {site}" if shown else None)
+
+
+def test_no_status_line_moves_a_deadline_twice_or_past_the_grading_s_end(tmp_path):
+    from grader.sandbox import supervisor
+    from grader.sandbox.limits import Limits
+
+    class Worker:
+        out, user = tmp_path, None
+
+        def switched(self, ids):
+            pass
+
+    class Handler:
+        def __getattr__(self, name):
+            return lambda *args: None
+
+    drive = supervisor._Drive(Worker(), Limits(timeout=1.0), Handler(), str, [0, 1], first=False)
+    for line in ("ready 0,0,0 hidden=no", "cell 0", "loaded 1.0 0 1"):
+        drive.handle(line)
+    end = drive.until
+    assert end < float("inf")
+    for line in ("start 0", "done 0", "start 1"):
+        drive.handle(line)
+        assert drive.deadline <= end
+    for again in ("start 1", "start 0", "done 0", "cell 0", "loaded 1.0 0 1", "ready 0,0,0"):
+        with pytest.raises(ChannelError):  # said again, or out of order: the submission's verdict
+            drive.handle(again)
+    drive.handle("done 1")
+    drive.handle("bye 0")
+    assert drive.bye and drive.until == end
