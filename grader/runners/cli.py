@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         return _usage(args, parser, problem, show_usage=False)
     within, course_max = _scope(args, registry)
 
-    reports = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.junit, args.markdown) if p]
+    reports = [os.path.abspath(p) for p in (args.json, args.junit, args.markdown) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
         result = engine.grade(args.submission, seed=seed, exercises=args.exercise or within.names,

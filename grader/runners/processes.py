@@ -180,7 +180,7 @@ def _preload() -> None:
     import rich.text  # noqa: F401
 
     from .. import diagnose, verdicts  # noqa: F401
-    from ..sandbox import channel, integrity, supervisor, worker  # noqa: F401
+    from ..sandbox import channel, supervisor, worker  # noqa: F401
 
 
 def _grade(req: dict, extra: list[int]) -> int:
