@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import seed as seed_mod
+from ..sandbox import allowlist
 from ..sandbox.forkserver import Zygote
 from ..seed import SEED_ENV
 from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
@@ -275,10 +276,15 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         cores = _core_pool(jobs) if pin else None
         # Gradings forked from a server with the grader imported, and their sandboxed workers
         # forked from a zygote with torch imported (never the reference or the cases).
-        zyg = Zygote() if preload and command is engine_command and todo else None
+        try:
+            zyg = Zygote() if preload and command is engine_command and todo else None
+        except allowlist.Unavailable as e:  # no student code runs outside the sandbox
+            raise SystemExit(f"grader: {allowlist.refusal(str(e))}") from None
         preloaded = Preloaded(zyg.env()) if zyg is not None else None
-        if zyg is not None:
-            zyg.wait_ready()  # both import torch meanwhile
+        if zyg is not None and not zyg.wait_ready():  # both import torch meanwhile
+            preloaded.close()
+            zyg.close()
+            raise SystemExit(f"grader: {allowlist.refusal(zyg.failure())}")
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         if command is engine_command:  # other submissions and every grading's results are off limits
             extra = [*extra, "--hide", str(submissions.resolve()), "--hide", str(out.resolve())]

@@ -77,7 +77,8 @@ def isolate(share: str) -> None:
     pid = os.fork()
     if pid:
         _relay(pid)
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the minder kills the process above
+    os.setsid()  # a session of its own, inside its pid namespace
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1g,mode=0755")
     for folder in (OUT, WORK, HOME):
