@@ -40,7 +40,7 @@ from .results import (
     ExerciseResult,
     Report,
 )
-from .sandbox import allowlist, forkserver, namespaces
+from .sandbox import allowlist, namespaces, zygote
 from .sandbox.limits import TIME_LIMIT, Limits
 from .verdicts import all_not_implemented, check_result, judge
 
@@ -282,7 +282,7 @@ def grade(
     confined = True
     if src is not None and src.runnable:
         # Start the zygote before our own heavy imports: it imports torch meanwhile.
-        server, confined, refused = forkserver.for_grading(unconfined)
+        server, confined, refused = zygote.for_grading(unconfined)
         if refused is not None:
             src, report.error, report.internal_error = None, refused, True
     try:
@@ -319,7 +319,7 @@ def grade(
         report.output = _printed(tmp)
         return report
     finally:
-        if isinstance(server, forkserver.Zygote):
+        if isinstance(server, zygote.Zygote):
             server.close()
         shutil.rmtree(tmp, ignore_errors=True)
         report.execution_time = time.perf_counter() - t0

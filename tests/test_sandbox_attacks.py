@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from grader import engine
-from grader.sandbox import forkserver
+from grader.sandbox import zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -74,10 +74,10 @@ def _grade_cells(tmp_path: Path, name: str, code: str, **kw) -> engine.Report:
 @pytest.mark.slow
 def test_nothing_one_grading_leaves_reaches_the_next(tmp_path, monkeypatch):
     """Two students of one class run, through the class's one zygote."""
-    zyg = forkserver.Zygote()
+    zyg = zygote.Zygote()
     try:
         assert zyg.wait_ready(), zyg.failure()
-        monkeypatch.setenv(forkserver.ZYGOTE_ENV, str(zyg.socket))
+        monkeypatch.setenv(zygote.ZYGOTE_ENV, str(zyg.socket))
         a = _grade_cells(tmp_path, "a", LEAVE)
         assert "A wrote /tmp/answers" in a.output and "A shm -1" not in a.output, a.output
         b = _grade_cells(tmp_path, "b", FIND)

@@ -66,16 +66,15 @@ def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_outside_any_sandbox_the_seeker_finds_both():
+def test_outside_any_sandbox_the_seeker_finds_the_seed(tmp_path):
     """The proof that the seeker works: run in a process of the grader's own, it finds the seed
-    in an ancestor's environment and the reference in the course's files."""
+    in an ancestor's environment."""
     code = ("import runpy, sys; sys.argv = ['seeker']; "
             f"runpy.run_path({str(SUBMISSIONS / 'seeker.py')!r}, run_name='seeker')")
     p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRADER_SEED": str(SEED)},
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+                       capture_output=True, text=True, timeout=280, cwd=tmp_path)
     seen = _seeker_output(p.stdout)
     assert str(SEED)[::-1] in seen, "the seeker cannot find the seed even where it is readable"
-    assert "NOITULOS NIGEB #" in seen or "(ksam_lasuac fed" in seen, seen[:500]
 
 
 @sandboxed

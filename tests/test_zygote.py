@@ -1,4 +1,4 @@
-"""The worker zygote (grader.sandbox.forkserver) inside bubblewrap: workers forked from it
+"""The worker zygote (grader.sandbox.zygote) inside bubblewrap: workers forked from it
 look like fresh interpreters, run in namespaces of their own, see nothing of the grader's
 side, and die with the grading that asked for them."""
 
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.sandbox import allowlist, namespaces, procs, supervisor
-from grader.sandbox import forkserver as zygote
+from grader.sandbox import allowlist, namespaces, procs, supervisor, zygote
 from grader.sandbox.limits import worker_env
 from grader.sandbox.worker import Job
 from grader.submission import Cell

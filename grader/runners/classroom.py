@@ -6,7 +6,7 @@ a pool of workers. Each student is graded by the engine's CLI (the arguments of
 ``python -m grader SUB --json RESULTS``, the seed in ``$GRADER_SEED``), forked from a server process
 that has imported torch and the grader once (:class:`Preloaded`); the sandboxed
 worker that runs the student's code is forked in turn from a zygote that has
-imported torch and nothing of the grader's side (:mod:`grader.sandbox.forkserver`). With
+imported torch and nothing of the grader's side (:mod:`grader.sandbox.zygote`). With
 ``--no-preload`` both are fresh interpreters. Every grading has its own session, so a
 submission that hangs, crashes or floods memory costs only its own row: the
 wall-time limit is enforced here by killing the grading's whole process tree.
@@ -21,7 +21,7 @@ This module holds class mode itself (its CLI, the manifest, grades.csv and the
 summary). The parts live beside it: :mod:`~grader.runners.roster` (who the
 students are), :mod:`~grader.runners.processes` (running one grading under a time
 limit, the gradings' fork server) and :mod:`~grader.runners.scores` (reading and
-scoring results.json); :mod:`~grader.sandbox.forkserver` is the workers' zygote.
+scoring results.json); :mod:`~grader.sandbox.zygote` is the workers' zygote.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any
 
 from .. import seed as seed_mod
 from ..sandbox import allowlist
-from ..sandbox.forkserver import Zygote
+from ..sandbox.zygote import Zygote
 from ..seed import SEED_ENV
 from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
 from .roster import Student, content_hash, discover, grading_target
@@ -229,7 +229,7 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
 
     With ``preload`` (and the engine's own command), gradings are forked from a server that
     has imported torch and the grader once (:class:`Preloaded`), and their sandboxed workers
-    from a :class:`~grader.sandbox.forkserver.Zygote`; else each is a fresh ``python -m grader``.
+    from a :class:`~grader.sandbox.zygote.Zygote`; else each is a fresh ``python -m grader``.
     """
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
     umask = os.umask(0o077)  # results, logs and the manifest hold the seed: they are ours alone

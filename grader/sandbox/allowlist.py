@@ -16,12 +16,13 @@ checkout, any other copy of it, results, logs, other students, home folders,
 * the worker's own modules: the ``grader`` package, read-only, at :data:`LIB`
   (the worker imports nothing of the reference; what it imports is public);
 * a ``/proc`` of the sandbox's own pid namespace (``/proc/sys`` and the like
-  read-only), a minimal ``/dev``, empty tmpfs at ``/tmp`` and ``/run``;
+  read-only), a minimal ``/dev``, an empty read-only ``/tmp`` (the folders above
+  that lie in it excepted), an empty ``/run``;
 * :data:`SHARED`: one folder of the grader's, writable, through which the workers
   hand back their results (each grading sees only its own subfolder, see
   :mod:`grader.sandbox.namespaces`).
 
-The sandbox holds the workers' zygote (:mod:`grader.sandbox.forkserver`); each
+The sandbox holds the workers' zygote (:mod:`grader.sandbox.zygote`); each
 grading's worker is forked from it into namespaces of its own.
 Only the standard library is imported here.
 """
@@ -142,9 +143,10 @@ def command(shared: Path) -> list[str]:
     return [
         bwrap(), "--unshare-all", "--die-with-parent", "--new-session",
         "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534",
-        *_system(), *_python(), *_devices(),
         "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run",
+        *_system(), *_python(), *_devices(),
         "--ro-bind", str(grader_dir), f"{LIB}/grader",
         "--bind", str(shared), SHARED,
+        "--remount-ro", "/tmp",  # a venv under /tmp stays in view; nothing is left there for another
         "--chdir", "/tmp",
     ]

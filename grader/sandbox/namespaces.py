@@ -9,8 +9,10 @@ before any student code runs a worker (:func:`isolate`)
    every capability in the new user namespace, over those namespaces only);
 2. forks: its child is process 1 of the new pid namespace, and when it ends the
    kernel kills everything left in that namespace, whatever it forked;
-3. mounts empty tmpfs over ``/tmp``, ``/dev/shm`` and ``/run``; its own results
-   folder alone is bound back, at :data:`OUT`;
+3. mounts empty tmpfs over ``/run`` (where its working folder, home and results
+   folder are: :data:`WORK`, :data:`HOME`, :data:`OUT`, the last its own folder of
+   the zygote's shared one, bound back alone), ``/dev/shm``, and ``/tmp`` unless
+   Python lives there (then /tmp stays the sandbox's, read-only);
 4. drops every capability, for good (bounding set, then capset), with no new
    privileges: it runs as uid 65534 and cannot undo a mount.
 
@@ -31,7 +33,7 @@ import os
 import signal
 
 #: Where a worker finds its results folder, its working folder and its home.
-OUT, WORK, HOME = "/tmp/out", "/tmp/work", "/tmp/home"
+OUT, WORK, HOME = "/run/out", "/run/work", "/run/home"
 UID = 65534
 _NEWNS, _NEWUSER, _NEWPID, _NEWNET, _NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
@@ -80,11 +82,14 @@ def isolate(share: str) -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the minder kills the process above
     os.setsid()  # a session of its own, inside its pid namespace
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1g,mode=0755")
+    results = os.open(share, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    _mount("tmpfs", "/run", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1g,mode=0755")  # the rest of /run: gone
     for folder in (OUT, WORK, HOME):
         os.mkdir(folder, 0o700)
-    _mount(share, OUT, None, _MS_BIND)
-    _mount("tmpfs", "/run", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+    _mount(f"/proc/self/fd/{results}", OUT, None, _MS_BIND)
+    os.close(results)
+    if not os.listdir("/tmp"):
+        _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=256m,mode=1777")
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64m,mode=1777")
     os.chdir(WORK)

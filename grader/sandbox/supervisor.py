@@ -8,7 +8,7 @@ exercise ``timeout`` plus a grace period (the worker stops a slow exercise
 itself; the grace is for code that ignores that). Whenever a worker ends, its
 whole session is killed, so stray children cannot outlive grading.
 
-Every worker is forked from a zygote (:mod:`grader.sandbox.forkserver`) inside
+Every worker is forked from a zygote (:mod:`grader.sandbox.zygote`) inside
 bubblewrap, into namespaces of its own; it measures them and says so on its
 "ready" line, which :attr:`Worker.measured` keeps. A confined worker that does
 not hold is never given student code.
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import allowlist, namespaces
-from . import forkserver as zygote
+from . import allowlist, namespaces, zygote
+from .forkserver import Server
 from .limits import Limits, worker_env
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a loaded machine; a grader problem if exceeded
@@ -54,7 +54,7 @@ class Worker:
     """One worker, forked from ``server`` (a zygote, or the socket of class mode's) when
     :meth:`send` gives it its job. ``confined``: whether that zygote is in the sandbox."""
 
-    def __init__(self, tmp: Path, server: zygote.Server | str, confined: bool):
+    def __init__(self, tmp: Path, server: Server | str, confined: bool):
         self.dir, self.server, self.confined = tmp, server, confined
         self.proc: zygote.Forked | None = None
         self.measured: dict[str, str] = {}
@@ -71,7 +71,7 @@ class Worker:
 
     def start(self) -> str | None:
         """Fork the worker; None, or why it could not be had."""
-        if isinstance(self.server, zygote.Server) and not self.server.wait_ready():
+        if isinstance(self.server, Server) and not self.server.wait_ready():
             return allowlist.refusal(self.server.failure())
         os.mkdir(self.out, 0o700)
         if self.confined:
@@ -251,7 +251,7 @@ class Handler(Protocol):
 
 
 def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Callable[[], set[int] | None],
-        limits: Limits, handler: Handler, tmp: Path, server: zygote.Server | str, confined: bool,
+        limits: Limits, handler: Handler, tmp: Path, server: Server | str, confined: bool,
         cell_label: Callable[[int], str] = str) -> dict[str, str]:
     """Grade exercises ``pending`` (indices, in order), forking workers from ``server`` as needed.
 

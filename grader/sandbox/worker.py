@@ -1,6 +1,6 @@
 """The sandboxed worker: runs student code, returns raw outcomes, judges nothing.
 
-Forked from the zygote (:mod:`grader.sandbox.forkserver`), which imported torch
+Forked from the zygote (:mod:`grader.sandbox.zygote`), which imported torch
 inside the sandbox, into namespaces of its own (:mod:`grader.sandbox.namespaces`),
 with its own session, a scrubbed environment and limits. It never imports the
 reference (``attnmask``) or the checks' judges; it only
