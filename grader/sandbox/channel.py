@@ -258,6 +258,7 @@ def outcome_to_data(o: Outcome) -> dict:
         "grads": _encode(o.grads),
         "seconds": float(o.seconds),
         "where": getattr(o, "where", None),
+        "largest": o.largest,
     }
 
 
@@ -275,6 +276,10 @@ def outcome_from_data(d: Any) -> Outcome:
     if args_after is not None and type(args_after) not in (tuple, list):
         raise ChannelError("a call's arguments-after record is not a sequence")
     where = d.get("where")
+    largest = d.get("largest")
+    if largest is not None and (type(largest) not in (tuple, list) or len(largest) > 64
+                                or any(type(n) is not int or n < 0 for n in largest)):
+        raise ChannelError("a call's record of its largest tensor is not a shape")
     return Outcome(
         output=_decode(d.get("output")),
         error=error,
@@ -283,4 +288,5 @@ def outcome_from_data(d: Any) -> Outcome:
         grads=_decode(d.get("grads")),
         seconds=float(seconds),
         where=where if type(where) is str else None,
+        largest=None if largest is None else tuple(largest),
     )
