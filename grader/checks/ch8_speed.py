@@ -125,10 +125,10 @@ def _parts(args, kwargs):
 
 def diagnose_tiled(args, kwargs, got, index, dtype) -> str | None:
     q, k, v, mask, tile = _parts(args, kwargs)
-    if bool(torch.isnan(got).any()) and any(bool(torch.isnan(t).any()) for t in (q, k, v)):
-        return M["tile_not_skipped"]
-    return dg.name_mistake(got, tiled_mistakes(q, k, v, mask, tile), dtype) or nan_reason(
-        q, k, v, mask, tile, got.double())
+    # Where the NaN sit says more than any one candidate: NaN in the empty rows only is
+    # the final 0 / 0, which a missing guard also gives when only empty rows lack one.
+    return nan_reason(q, k, v, mask, tile, got) or dg.name_mistake(
+        got, tiled_mistakes(q, k, v, mask, tile), dtype)
 
 
 TILED = J.Recipe("tiled_attention", am.tiled_attention, ("q", "k", "v", "mask", "tile"),
@@ -256,8 +256,10 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         P.unchanged(R, "does not modify inputs", [Call((*x(), per_head()), {"tile": tile})]),
         P.on_cuda(R, "matches on CUDA",
                   [Call((*x(F16), per_head()), {"tile": tile}), Call(x(), {"tile": tile})]),
+        # Right values from the whole score matrix are chapter 2's attention, not this exercise:
+        # the rule weighs enough that such code keeps about half the points.
         Check("never creates a floating (Lq, Lk) tensor (Lq=16, Lk=64, tile=4)",
               [Call((*qkv(gen, *memory), big), {"tile": 4}, allocations=True),
                Call(qkv(gen, *memory), {"tile": 4}, allocations=True)],
-              dg.judged(allocation_judge), kind="property", weight=4.0),
+              dg.judged(allocation_judge), kind="property", weight=8.0),
     ]
