@@ -163,9 +163,9 @@ def qkv(gen, B, H, Lq, Lk, d, dv, dtype=F32, scale=1.0):
 
 
 def first_tile_blocked(gen, B, H, Lq, Lk, tile) -> torch.Tensor:
-    """(B, H, Lq, Lk): rows of every head whose first tile (and, for one row, every tile
-    but the last) is fully blocked, beside rows that see the first tile, so that no
-    tile is skipped whole and the running max of those rows starts at -inf."""
+    """(B, H, Lq, Lk): query rows 1.. of every head blocked in the whole first tile (the
+    last row sees the last key only), beside row 0, which sees every key, so that no tile
+    is skipped whole and the running max of those rows starts at -inf."""
     mask = cases.random_mask(gen, B, H, Lq, Lk, p=0.7)
     mask[..., 0, :] = True  # a row that needs the first tile
     mask[..., 1:, :tile] = False
@@ -220,7 +220,7 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     tile = cases.integer(gen, 2, 4)
     if Lk % tile == 0:
         Lk += 1  # a partial last tile
-    x = lambda dtype=F32, scale=1.0, b=B: qkv(gen, b, H, Lq, Lk, d, dv, dtype, scale)  # noqa: E731
+    x = lambda dtype=F32, scale=1.0: qkv(gen, B, H, Lq, Lk, d, dv, dtype, scale)  # noqa: E731
     per_head = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
     shared = lambda: with_empty_row(cases.random_mask(gen, B, 1, Lq, Lk), gen)  # noqa: E731
     keys = (torch.arange(Lk) < cases.lengths(gen, B, Lk)[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
