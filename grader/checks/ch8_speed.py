@@ -106,7 +106,8 @@ def nan_reason(q, k, v, mask, tile, got) -> str | None:
     full = torch.broadcast_to(mask, (*q.shape[:-1], k.shape[-2]))
     empty = ~full.any(dim=-1)  # (B, H, Lq): rows with no allowed key
     if not bool((bad & ~empty).any()):
-        return M["nan_rows"]
+        return M["nan_rows"] + (" Here such a row ends with l = 0 and acc = 0 (divide by 1 there), and its "
+                                "running max stays -inf, which exp(s - m) must not subtract (see the guard).")
     # rows with allowed keys and a visited tile in which all of their keys are blocked
     blocked_tile = torch.zeros_like(empty)
     for c in range(0, full.shape[-1], tile):
@@ -183,10 +184,11 @@ def last_only(gen, B, H, Lq, Lk, tile) -> torch.Tensor:
 
 
 def skippable(gen, B, H, Lq, Lk, tile):
-    """Inputs with two key tiles fully blocked for every query, whose keys and values are NaN."""
+    """Inputs whose first and last key tiles are blocked for every query and hold NaN
+    keys and values; the tiles between keep a fully masked row beside ordinary ones."""
     q, k, v = qkv(gen, B, H, Lq, Lk, 4, 3)
     mask = with_empty_row(cases.random_mask(gen, B, 1, Lq, Lk, p=0.7), gen)
-    for c in (tile, Lk - Lk % tile if Lk % tile else Lk - tile):
+    for c in (0, Lk - Lk % tile if Lk % tile else Lk - tile):
         mask[..., c:c + tile] = False
         k[..., c:c + tile, :] = float("nan")
         v[..., c:c + tile, :] = float("nan")
@@ -241,6 +243,8 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "rows whose first tile is fully masked (other rows see it)",
                  [Call((*x(), first_tile_blocked(gen, B, H, Lq, Lk, tile)), {"tile": tile}),
                   Call((*x(), first_tile_blocked(gen, B, H, Lq, Lk, 1)), {"tile": 1})]),
+        J.values(R, "skips fully masked tiles, the first one included (random sizes)",
+                 [Call(skippable(gen, B, H, Lq, 3 * tile + 1, tile), {"tile": tile})]),
         J.values(R, "large scores next to masked keys (≈ 1e5)", [Call((*x(scale=300.0), per_head()),
                                                                       {"tile": tile})]),
         J.values(R, "float16, with a fully masked row", [Call((*x(F16), shared()), {"tile": tile})]),
