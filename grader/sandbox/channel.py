@@ -22,7 +22,10 @@ references cannot make a small record expensive to walk). Anything else -- a
 forged object, a malformed header, a record too big -- becomes a
 :class:`ChannelError` with a plain message, which fails the check it belongs
 to. Student code can write whatever it likes into these files: the worst it
-can forge is its own function's return value.
+can forge is what its own calls produced (their return values, and for a call
+that asks, the record of the largest tensor it created; such code could also
+leave :class:`grader.sandbox.execute.Allocations` itself, as it could compute
+anything outside torch).
 """
 
 from __future__ import annotations
