@@ -22,10 +22,10 @@ references cannot make a small record expensive to walk). Anything else -- a
 forged object, a malformed header, a record too big -- becomes a
 :class:`ChannelError` with a plain message, which fails the check it belongs
 to. Student code can write whatever it likes into these files: the worst it
-can forge is what its own calls produced (their return values, and for a call
-that asks, the record of the largest tensor it created; such code could also
-leave :class:`grader.sandbox.execute.Allocations` itself, as it could compute
-anything outside torch).
+can forge is what its own calls produced: their return values and, for a call
+that asks, the record of the largest tensor it created (which deliberate code
+can also dodge by computing outside torch, e.g. in numpy; see
+:class:`grader.sandbox.execute.Allocations`).
 """
 
 from __future__ import annotations
