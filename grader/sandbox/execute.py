@@ -119,6 +119,8 @@ class Allocations(TorchDispatchMode):
     ``q @ k.mT``, ``torch.zeros``, ``.float()`` and a copy are all seen, whatever Python
     code called them. An operation whose result aliases an input (a view such as
     ``expand`` or a slice, an in-place op) allocates nothing new and is not counted.
+    Work done outside torch (numpy) or on another thread is not seen: the record holds
+    ordinary code to a rule, and is no defence against code written to dodge it.
     """
 
     def __init__(self):
