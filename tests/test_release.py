@@ -29,6 +29,7 @@ CHAPTERS = {
     "ex05_cross_attention": ("encoder_decoder_masks", "multi_head_attention"),
     "ex06_kv_cache": ("kv_cache_attention",),
     "ex07_beyond_triangle": ("sliding_window_mask", "prefix_lm_mask", "document_mask"),
+    "ex08_speed": ("tiled_attention",),
     "ex09_real_models": ("left_padding_position_ids", "packed_labels", "gqa_attention", "alibi_bias"),
 }
 CONTRACT = [name for names in CHAPTERS.values() for name in names]

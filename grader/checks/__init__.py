@@ -1,4 +1,4 @@
-"""What the autograder checks: the seventeen exercises of the contract, in chapter order.
+"""What the autograder checks: the exercises of the contract, in chapter order.
 
 ``EXERCISES[name].make_checks(seed, hidden=False)`` gives the public checks (the
 ones the in-notebook ``check`` runs); ``hidden=True`` adds the randomized
@@ -23,12 +23,13 @@ from . import (
     ch5_cross,
     ch6_cache,
     ch7_variants,
+    ch8_speed,
     ch9_real,
 )
 
 #: The chapters' check modules, by chapter number.
 _CHAPTERS = {1: ch1_leakage, 2: ch2_softmax, 3: ch3_padding, 4: ch4_combined, 5: ch5_cross, 6: ch6_cache,
-             7: ch7_variants, 9: ch9_real}
+             7: ch7_variants, 8: ch8_speed, 9: ch9_real}
 
 
 def _declared(name: str) -> tuple[int, Callable[..., list[Check]]]:
@@ -66,7 +67,7 @@ EXERCISES: dict[str, Exercise] = {}
 for _name in CONTRACT:
     _chapter, _make = _declared(_name)
     EXERCISES[_name] = Exercise(_name, _chapter, with_public_rules(_make), _make.points, _make.statement)
-#: Points per exercise. They add up to 100.
+#: Points per exercise.
 POINTS: dict[str, float] = {name: ex.points for name, ex in EXERCISES.items()}
 
 

@@ -15,6 +15,7 @@ import torch
 
 from . import correct as ok
 from . import real_models as rm
+from . import tiled as tl
 
 
 @dataclass(frozen=True)
@@ -528,6 +529,14 @@ BUGS: list[Bug] = [
     Bug("document_mask", document_no_causal, "doc_no_causal"),
     Bug("document_mask", document_contiguous, "doc_contiguous"),
     Bug("document_mask", document_inverted, "inverted"),
+    Bug("tiled_attention", tl.tiled_no_rescale, "no_rescale"),
+    Bug("tiled_attention", tl.tiled_no_guard, "tile_nan"),
+    Bug("tiled_attention", tl.tiled_drops_last_tile, "last_tile"),
+    Bug("tiled_attention", tl.tiled_pads_keys, "last_tile"),
+    Bug("tiled_attention", tl.tiled_no_skip, "tile_not_skipped"),
+    Bug("tiled_attention", tl.tiled_nan_rows, "nan_rows"),
+    Bug("tiled_attention", tl.tiled_full_scores, "full_scores"),
+    Bug("tiled_attention", tl.tiled_one_tile, "full_scores"),
     Bug("left_padding_position_ids", rm.positions_count_padding, "counts_padding"),
     Bug("left_padding_position_ids", rm.positions_from_1, "positions_from_1"),
     Bug("left_padding_position_ids", rm.positions_hf_fill, "padding_not_zero"),

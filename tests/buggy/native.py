@@ -96,3 +96,30 @@ def alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
     i = torch.arange(Lk - Lq, Lk, device=device, dtype=dtype)[:, None]
     j = torch.arange(Lk, device=device, dtype=dtype)[None, :]
     return torch.where(j <= i, slopes[:, None, None] * (j - i), float("-inf"))
+
+
+def tiled_attention(q, k, v, mask=None, tile=64):
+    """In the inputs' dtype throughout, with a finite starting max instead of a
+    -inf guard, and the key tiles cut up front with torch.split."""
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    low = torch.finfo(q.dtype).min  # exp(-inf - low) = 0: a row with nothing allowed yet stays 0
+    m = torch.full((B, H, Lq, 1), low, dtype=q.dtype, device=q.device)
+    total = torch.zeros(B, H, Lq, 1, dtype=q.dtype, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], dtype=q.dtype, device=q.device)
+    q = q / math.sqrt(d)
+    masks = [None] * len(range(0, Lk, tile)) if mask is None else \
+        torch.broadcast_to(mask, (B, H, Lq, Lk)).split(tile, dim=-1)
+    for kt, vt, keep in zip(k.split(tile, dim=2), v.split(tile, dim=2), masks):
+        if keep is not None and not bool(keep.any()):
+            continue
+        s = q @ kt.transpose(-2, -1)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)).detach()
+        p = torch.exp(s - m_new)
+        alpha = torch.exp(m - m_new)
+        total = total * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ vt
+        m = m_new
+    return acc / torch.where(total == 0, 1.0, total)

@@ -92,6 +92,30 @@ def document_mask(doc_ids):
     return same[:, None]  # forgot the causal part
 
 
+def tiled_attention(q, k, v, mask=None, tile=64):
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (B, H, Lq, Lk))
+    m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
+    l = torch.zeros(B, H, Lq, 1, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], device=q.device)
+    for c in range(0, Lk, tile):
+        keep = None if mask is None else mask[..., c:c + tile]
+        if keep is not None and not keep.any():
+            continue
+        s = q.float() @ k[:, :, c:c + tile].float().transpose(-2, -1) / math.sqrt(d)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
+        p = torch.exp(s - shift)
+        l = l + p.sum(dim=-1, keepdim=True)  # forgot to rescale the running sum by exp(m - shift)
+        acc = acc * torch.exp(m - shift) + p @ v[:, :, c:c + tile].float()
+        m = m_new
+    return (acc / l.clamp(min=1.0)).to(q.dtype)
+
+
 def left_padding_position_ids(keep):
     pos = torch.arange(keep.shape[1], device=keep.device).expand(keep.shape)
     return torch.where(keep, pos, 0)  # counts the padding: a left-padded row starts late
