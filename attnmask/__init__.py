@@ -43,11 +43,23 @@ from .real_models import (
     packed_labels,
     packed_position_ids,
 )
+from .serving import (
+    PagedKVCache,
+    decoder_logits,
+    image_blocks,
+    image_text_mask,
+    paged_attention,
+    rolling_cache_mask,
+    rolling_slot_positions,
+    tree_ancestors,
+    tree_mask,
+    tree_positions,
+)
 from .softmax import masked_softmax
 
 __version__ = "0.1.0"
 
-#: The seventeen functions of the exercise contract, in chapter order.
+#: The functions of the exercise contract, in chapter order.
 CONTRACT = (
     "causal_mask",
     "influence_matrix",
@@ -66,6 +78,10 @@ CONTRACT = (
     "packed_labels",
     "gqa_attention",
     "alibi_bias",
+    "image_text_mask",
+    "rolling_cache_mask",
+    "paged_attention",
+    "tree_mask",
 )
 
 __all__ = [
@@ -73,6 +89,7 @@ __all__ = [
     "KVCache",
     "ModelConfig",
     "MultiHeadAttention",
+    "PagedKVCache",
     "Plan",
     "TinyDecoder",
     "TinyEncoderDecoder",
@@ -86,12 +103,15 @@ __all__ = [
     "causal",
     "causal_mask",
     "combine_masks",
+    "decoder_logits",
     "decoder_mask",
     "document",
     "document_mask",
     "encoder_decoder_masks",
     "generate_left_padded",
     "gqa_attention",
+    "image_blocks",
+    "image_text_mask",
     "influence_matrix",
     "key_padding",
     "kind_of",
@@ -104,10 +124,16 @@ __all__ = [
     "packed_labels",
     "packed_position_ids",
     "padding_mask",
+    "paged_attention",
     "prefix_lm",
     "prefix_lm_mask",
+    "rolling_cache_mask",
+    "rolling_slot_positions",
     "sliding_window",
     "sliding_window_mask",
     "to_additive",
     "train_steps",
+    "tree_ancestors",
+    "tree_mask",
+    "tree_positions",
 ]

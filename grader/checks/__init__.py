@@ -1,4 +1,4 @@
-"""What the autograder checks: the seventeen exercises of the contract, in chapter order.
+"""What the autograder checks: the exercises of the contract, in chapter order.
 
 ``EXERCISES[name].make_checks(seed, hidden=False)`` gives the public checks (the
 ones the in-notebook ``check`` runs); ``hidden=True`` adds the randomized
@@ -24,11 +24,12 @@ from . import (
     ch6_cache,
     ch7_variants,
     ch9_real,
+    ch10_serving,
 )
 
 #: The chapters' check modules, by chapter number.
 _CHAPTERS = {1: ch1_leakage, 2: ch2_softmax, 3: ch3_padding, 4: ch4_combined, 5: ch5_cross, 6: ch6_cache,
-             7: ch7_variants, 9: ch9_real}
+             7: ch7_variants, 9: ch9_real, 10: ch10_serving}
 
 
 def _declared(name: str) -> tuple[int, Callable[..., list[Check]]]:
