@@ -41,6 +41,7 @@ __all__ = [
 
 # --------------------------------------------------------------------------- images inside text
 
+
 def _check_bool(name: str, t: torch.Tensor, shape_doc: str) -> None:
     if not isinstance(t, torch.Tensor) or t.dtype != torch.bool or t.dim() != 2:
         got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -77,8 +78,12 @@ def image_text_mask(is_image: torch.Tensor, attention_mask: torch.Tensor) -> tor
     """
     _check_bool("is_image", is_image, "(B, L)")
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != is_image.shape:
-        got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
-        raise ValueError(f"attention_mask must be a (B, L) tensor like is_image {tuple(is_image.shape)}; got {got}")
+        got = (
+            tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
+        )
+        raise ValueError(
+            f"attention_mask must be a (B, L) tensor like is_image {tuple(is_image.shape)}; got {got}"
+        )
     L = is_image.shape[1]
     block = image_blocks(is_image)  # (B, L), 0 = text
     same_image = (block[:, :, None] == block[:, None, :]) & (block[:, :, None] > 0)  # (B, L, L)
@@ -90,8 +95,10 @@ def image_text_mask(is_image: torch.Tensor, attention_mask: torch.Tensor) -> tor
 
 # --------------------------------------------------------------------------- rolling (ring-buffer) cache
 
-def rolling_slot_positions(n_written: torch.Tensor | int, slots: int, *,
-                           device: torch.device | str | None = None) -> torch.Tensor:
+
+def rolling_slot_positions(
+    n_written: torch.Tensor | int, slots: int, *, device: torch.device | str | None = None
+) -> torch.Tensor:
     """The position each slot of a ring buffer holds after ``n_written`` tokens.
 
     Token p is written to slot ``p % slots``, overwriting what was there.
@@ -132,8 +139,14 @@ def rolling_cache_mask(slot_pos: torch.Tensor, q_pos: torch.Tensor, window: int)
 
 # --------------------------------------------------------------------------- paged KV cache
 
-def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    block_table: torch.Tensor, context_lens: torch.Tensor) -> torch.Tensor:
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+) -> torch.Tensor:
     """Attention of the last Lq tokens of each sequence over a paged KV cache.
 
     Args:
@@ -150,8 +163,10 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     _check_index_tensor("block_table", block_table, 2, "(B, M) of physical block numbers, -1 if unused")
     _check_index_tensor("context_lens", context_lens, 1, "(B,) of sequence lengths")
     if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
-        raise ValueError(f"q (B, H, Lq, d), k_cache (N, H, S, d) and v_cache (N, H, S, dv) need 4 dims; got "
-                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+        raise ValueError(
+            f"q (B, H, Lq, d), k_cache (N, H, S, d) and v_cache (N, H, S, dv) need 4 dims; got "
+            f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
+        )
     B, H, Lq, _ = q.shape
     M, S = block_table.shape[1], k_cache.shape[2]
     blocks = block_table.clamp(min=0)  # unused entries read block 0; the mask hides them
@@ -173,8 +188,17 @@ class PagedKVCache:
     a shuffled order, so block tables are not contiguous.
     """
 
-    def __init__(self, n_blocks: int, block_size: int, n_heads: int, d: int, dv: int | None = None, *,
-                 dtype: torch.dtype = torch.float32, seed: int = 0):
+    def __init__(
+        self,
+        n_blocks: int,
+        block_size: int,
+        n_heads: int,
+        d: int,
+        dv: int | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+    ):
         _check_size("n_blocks", n_blocks, 1)
         _check_size("block_size", block_size, 1)
         self.block_size = block_size
@@ -218,6 +242,7 @@ class PagedKVCache:
 
 # --------------------------------------------------------------------------- tree masks
 
+
 def tree_ancestors(parents: torch.Tensor) -> torch.Tensor:
     """bool ``(N, N)``: entry [i, a] is True when draft token a is i or an ancestor of i.
 
@@ -227,7 +252,9 @@ def tree_ancestors(parents: torch.Tensor) -> torch.Tensor:
     """
     _check_index_tensor("parents", parents, 1, "(N,) of parent indices, -1 for the root's children")
     N = parents.shape[0]
-    ext = torch.cat([torch.where(parents >= 0, parents, N), parents.new_full((1,), N)])  # (N+1,): N = no parent
+    ext = torch.cat(
+        [torch.where(parents >= 0, parents, N), parents.new_full((1,), N)]
+    )  # (N+1,): N = no parent
     ids = torch.arange(N + 1, device=parents.device)
     node = ids[:N]  # (N,): walks up from each token, one generation per step
     anc = torch.zeros(N, N + 1, dtype=torch.bool, device=parents.device)
@@ -262,8 +289,14 @@ def tree_mask(parents: torch.Tensor, past_len: int) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- running the tiny model
 
-def decoder_logits(model: TinyDecoder, idx: torch.Tensor, mask: torch.Tensor | None,
-                   positions: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+
+def decoder_logits(
+    model: TinyDecoder,
+    idx: torch.Tensor,
+    mask: torch.Tensor | None,
+    positions: torch.Tensor,
+    caches: list[KVCache] | None = None,
+) -> torch.Tensor:
     """:class:`~attnmask.TinyDecoder`'s forward with an explicit mask and positions.
 
     Args:

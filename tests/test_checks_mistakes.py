@@ -7,8 +7,8 @@ from buggy import failures, grade
 from buggy.mistakes import BUGS
 
 from grader.checks import EXERCISES
-from grader.checks.ch10_serving import MISTAKES10
 from grader.checks.ch9_real import MISTAKES9
+from grader.checks.ch10_serving import MISTAKES10
 from grader.mistakes import MISTAKES
 
 #: Every named mistake: the shared ones and chapters 9 and 10's own.

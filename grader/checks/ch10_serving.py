@@ -31,31 +31,36 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 #: The chapter's classic mistakes, in plain words (one definition each).
 MISTAKES10: dict[str, str] = {
     "image_one_block": "all image tokens of a row form one block, so an image sees the images after it "
-                       "(transformers #38053). Each maximal run of consecutive image tokens is its own block: "
+                       "(transformers #38053). Each maximal run of consecutive image tokens is its own "
+                       "block: "
                        "number the runs (a run starts where an image token follows a text token).",
     "image_keys_only": "text tokens see image tokens after them: the bidirectional part needs both the query "
                        "and the key in the same image block, not only the key.",
     "image_causal": "the image blocks are causal: an image token must see the whole of its own image, the "
                     "tokens after it in the block included (causal OR same image block).",
     "image_padding": "padded keys reach the image block: the key padding must apply to the bidirectional "
-                     "part too, (causal OR same block) AND real key, not (causal AND real key) OR same block.",
+                     "part too, (causal OR same block) AND real key, not (causal AND real key) OR same "
+                     "block.",
     "image_no_padding": "padding is ignored: a key j with attention_mask[b, j] == 0 must be hidden from "
                         "every query.",
     "slot_as_position": "the slot index is used as a position: slot s of a ring holds the position "
-                        "slot_pos[b, s], which is not s once the ring has wrapped. Compare slot_pos with q_pos.",
+                        "slot_pos[b, s], which is not s once the ring has wrapped. Compare slot_pos with "
+                        "q_pos.",
     "empty_slots": "empty slots (slot_pos = -1) are visible: a slot that holds nothing must be hidden "
                    "(slot_pos >= 0).",
     "ring_future": "slots holding positions after the query are visible: a chunk writes all its keys "
                    "before attending, so query p must not see slot positions > p.",
-    "ring_no_window": "the window is missing: query p may see only positions p - window < j <= p.",
-    "window_from_slots": "the window is taken from the number of slots W, not from the window argument.",
+    "ring_no_window": "the window is missing, or taken from the number of slots W: query p may see only "
+                      "positions p - window < j <= p, and the window argument can be smaller than the ring.",
     "paged_logical": "logical block p is read as physical block p: the keys of position p are in physical "
                      "block block_table[b, p // S], slot p % S. Gather k_cache[block_table] first.",
     "paged_past_len": "keys past context_lens are visible: slots after a sequence's last token (and blocks "
-                      "the table marks -1) hold stale data. Query i sees positions 0 .. context_lens[b] - Lq + i.",
+                      "the table marks -1) hold stale data. Query i sees positions "
+                      "0 .. context_lens[b] - Lq + i.",
     "paged_no_causal": "the queries see each other's future: query i of Lq sits at position "
                        "context_lens[b] - Lq + i and must not see the later queries' keys.",
-    "paged_position_off": "the query positions are off by one: query i of Lq sits at context_lens[b] - Lq + i "
+    "paged_position_off": "the query positions are off by one: query i of Lq sits at "
+                          "context_lens[b] - Lq + i "
                           "and sees itself.",
     "tree_chain": "the draft is read as one sequence (j <= i): siblings and their subtrees are visible. A "
                   "draft token sees only itself and its ancestors.",
@@ -147,7 +152,8 @@ def image_text_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     no_image = torch.zeros(2, 5, dtype=torch.bool)
     return checks + [
         J.values(R, "random images, right padding (int64 attention_mask)",
-                 [Call((img, padded(gen, B, L, left=False))), Call((image_rows(gen, B, L), torch.ones(B, L).long()))]),
+                 [Call((img, padded(gen, B, L, left=False))),
+                  Call((image_rows(gen, B, L), torch.ones(B, L).long()))]),
         J.values(R, "image runs inside the left padding (bool attention_mask)",
                  [Call((pad_img, padded(gen, B, L, left=True, dtype=torch.bool)))]),
         J.values(R, "runs one text token apart; an image at position 0; an image at the end",
@@ -157,7 +163,8 @@ def image_text_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.dtypes(R, "returns torch.bool", [Call((img, padded(gen, B, L, left=True)))]),
         P.on_device(R, "on the inputs' device, vectorised (meta)",
                     [Call((img, padded(gen, B, L, left=True)), device="meta")]),
-        P.unchanged(R, "does not modify is_image or attention_mask", [Call((pad_img, padded(gen, B, L, True)))]),
+        P.unchanged(R, "does not modify is_image or attention_mask",
+                    [Call((pad_img, padded(gen, B, L, True)))]),
         P.on_cuda(R, "matches on CUDA", [Call((pad_img, padded(gen, B, L, left=True)))]),
     ]
 
@@ -177,12 +184,12 @@ def diagnose_rolling(args, kwargs, got, index, dtype) -> str | None:
         (X["slot_as_position"], lambda: filled & (s <= p) & (s > p - window)),
         (M["window_off_by_one"], lambda: am.rolling_cache_mask(slot_pos, q_pos, window + 1)),
         (M["window_off_by_one"], lambda: am.rolling_cache_mask(slot_pos, q_pos, max(window - 1, 1))),
-        (X["window_from_slots"], lambda: am.rolling_cache_mask(slot_pos, q_pos, W)),
         (X["empty_slots"], lambda: (j <= p) & (j > p - window)),
         (X["empty_slots"], lambda: ref | ~filled),
         (X["ring_future"], lambda: filled & (j > p - window)),
         (X["ring_no_window"], lambda: filled & (j <= p)),
         (X["ring_no_window"], lambda: filled.expand(ref.shape)),
+        (X["ring_no_window"], lambda: am.rolling_cache_mask(slot_pos, q_pos, W)),
     ], dtype)
 
 
@@ -193,7 +200,8 @@ ROLLING = J.Recipe("rolling_cache_mask", am.rolling_cache_mask, ("slot_pos", "q_
 
 
 def ring(n_written, slots: int, Lq: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(slot_pos (B, W), q_pos (B, Lq)): a ring of W slots after n_written[b] tokens, the last Lq the queries."""
+    """(slot_pos (B, W), q_pos (B, Lq)): a ring of W slots after n_written[b] tokens; the queries are the
+    last Lq of them."""
     n = torch.as_tensor(n_written)
     return am.rolling_slot_positions(n, slots), n[:, None] - Lq + torch.arange(Lq)
 
@@ -203,8 +211,8 @@ def ring(n_written, slots: int, Lq: int) -> tuple[torch.Tensor, torch.Tensor]:
 def rolling_cache_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ROLLING
     checks = [
-        J.values(R, "a wrapped ring of 4 slots after 6 tokens, window 3, one query",
-                 [Call((*ring([6], 4, 1), 3))], public=True),
+        J.values(R, "one query over wrapped rings: 4 slots after 6 tokens, 6 slots after 14, window 3",
+                 [Call((*ring([6], 4, 1), 3)), Call((*ring([14], 6, 1), 3))], public=True),
         J.values(R, "a chunk of 3 queries, 6 slots, window 4; a ring not yet full",
                  [Call((*ring([9, 5], 6, 3), 4))], public=True),
     ]
@@ -219,7 +227,8 @@ def rolling_cache_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]
     slot_pos, q_pos = ring(n, W, Lq)
     perm = torch.randperm(W, generator=gen)
     return checks + [
-        J.values(R, "chunks over wrapped rings and rings with empty slots", [Call((slot_pos, q_pos, window))]),
+        J.values(R, "chunks over wrapped rings and rings with empty slots",
+                 [Call((slot_pos, q_pos, window))]),
         J.values(R, "slots in any order, queries at older positions",
                  [Call((slot_pos[:, perm], q_pos - cases.integer(gen, 1, 2), window))]),
         J.values(R, "window smaller than the ring (one query)", [Call((*ring(n, W + 2, 1), window))]),
@@ -228,7 +237,8 @@ def rolling_cache_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         J.values(R, "one query over a ring of exactly `window` slots", [Call((*ring(n, window, 1), window))],
                  edge=True),
         J.dtypes(R, "returns torch.bool", [Call((slot_pos, q_pos, window))]),
-        P.on_device(R, "on the inputs' device, vectorised (meta)", [Call((slot_pos, q_pos, window), device="meta")]),
+        P.on_device(R, "on the inputs' device, vectorised (meta)",
+                    [Call((slot_pos, q_pos, window), device="meta")]),
         P.unchanged(R, "does not modify slot_pos or q_pos", [Call((slot_pos, q_pos, window))]),
         P.on_cuda(R, "matches on CUDA", [Call((slot_pos, q_pos, window))]),
     ]
@@ -263,7 +273,7 @@ def diagnose_paged(args, kwargs, got, index, dtype) -> str | None:
         (X["paged_logical"], lambda: att(causal, kk=kl, vv=vl)),
         (X["paged_past_len"], lambda: att(used)),
         (X["paged_past_len"], lambda: att(None)),
-        (X["paged_no_causal"], lambda: att((pos[None, None, None] < lens[:, None, None, None]))),
+        (X["paged_no_causal"], lambda: att(pos[None, None, None] < lens[:, None, None, None])),
         (X["paged_position_off"], lambda: att((pos[None, None] <= q_pos[:, :, None] - 1)[:, None])),
         (X["paged_position_off"], lambda: att((pos[None, None] <= q_pos[:, :, None] + 1)[:, None])),
         (M["no_scale"], lambda: att(causal, scale=1.0)),
@@ -273,7 +283,8 @@ def diagnose_paged(args, kwargs, got, index, dtype) -> str | None:
     ], dtype)
 
 
-PAGED = J.Recipe("paged_attention", am.paged_attention, ("q", "k_cache", "v_cache", "block_table", "context_lens"),
+PAGED = J.Recipe("paged_attention", am.paged_attention,
+                 ("q", "k_cache", "v_cache", "block_table", "context_lens"),
                  (J.Out("out", "number", "(B, H, Lq, dv)"),), diagnose_paged)
 
 
@@ -319,8 +330,10 @@ def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     return checks + [
         J.values(R, "chunks: a sequence ending on a block border, one of exactly Lq tokens", [Call(case())]),
         J.values(R, "decode (Lq = 1), blocks of 1 and blocks longer than every sequence",
-                 [Call(case(lq=1)), Call(paged_case(gen, [1, 3, 2], 1, 1)), Call(paged_case(gen, [3, 5], 2, 8))]),
-        J.values(R, "one sequence, block table with unused entries", [Call(paged_case(gen, [S + 1], 1, S, spare=3))]),
+                 [Call(case(lq=1)), Call(paged_case(gen, [1, 3, 2], 1, 1)),
+                  Call(paged_case(gen, [3, 5], 2, 8))]),
+        J.values(R, "one sequence, block table with unused entries",
+                 [Call(paged_case(gen, [S + 1], 1, S, spare=3))]),
         J.values(R, "float16", [Call(case(F16))]),
         J.values(R, "bfloat16", [Call(case(BF16))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call(case(dt)) for dt in cases.FLOATS]),
@@ -347,7 +360,6 @@ def diagnose_tree(args, kwargs, got, index, dtype) -> str | None:
         (M["inverted"], lambda: ~ref),
         (X["tree_chain"], lambda: full(am.causal_mask(N))),
         (X["tree_siblings"], lambda: full(anc | sibling)),
-        (X["tree_siblings"], lambda: full(anc | (sibling & ~anc.T & (torch.arange(N)[None] <= torch.arange(N)[:, None])))),
         (X["tree_parent_only"], lambda: full(eye | parent_of)),
         (X["tree_no_self"], lambda: full(anc & ~eye)),
         (X["tree_no_cache"], lambda: torch.cat([torch.zeros(N, past, dtype=torch.bool), anc], dim=1)),
@@ -357,7 +369,8 @@ def diagnose_tree(args, kwargs, got, index, dtype) -> str | None:
 
 
 TREE = J.Recipe("tree_mask", am.tree_mask, ("parents", "past_len"),
-                (J.Out("mask", "mask", "(N, past_len + N)", lambda a, k: (a[0].shape[0], a[0].shape[0] + a[1])),),
+                (J.Out("mask", "mask", "(N, past_len + N)",
+                       lambda a, k: (a[0].shape[0], a[0].shape[0] + a[1])),),
                 diagnose_tree)
 
 
@@ -378,7 +391,8 @@ def tree_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = TREE
     t = lambda *p: torch.tensor(p, dtype=torch.long)  # noqa: E731
     checks = [
-        J.values(R, "two branches of two tokens after a cache of 2", [Call((t(-1, 0, -1, 2), 2))], public=True),
+        J.values(R, "two branches of two tokens after a cache of 2", [Call((t(-1, 0, -1, 2), 2))],
+                 public=True),
         J.values(R, "a root with three children and a grandchild, no cache", [Call((t(-1, 0, 0, 0, 2), 0))],
                  public=True),
     ]
@@ -393,10 +407,12 @@ def tree_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     wide[-1] = 0  # one grandchild under a wide first level
     past = cases.integer(gen, 1, 6)
     return checks + [
-        J.values(R, "random trees after a cache", [Call((tree, past)), Call((random_tree(gen, N), past + 2))]),
+        J.values(R, "random trees after a cache",
+                 [Call((tree, past)), Call((random_tree(gen, N), past + 2))]),
         J.values(R, "deep trees (a long chain with side branches)", [Call((deep, past)), Call((deep, 0))]),
         J.values(R, "wide trees; past_len = 0", [Call((wide, past)), Call((tree, 0))]),
-        J.values(R, "one draft token; a plain chain", [Call((t(-1), past)), Call((t(-1, 0, 1, 2), 1))], edge=True),
+        J.values(R, "one draft token; a plain chain", [Call((t(-1), past)), Call((t(-1, 0, 1, 2), 1))],
+                 edge=True),
         J.dtypes(R, "returns torch.bool", [Call((tree, past))]),
         P.on_device(R, "on parents' device, vectorised (meta)", [Call((tree, past), device="meta")]),
         P.unchanged(R, "does not modify parents", [Call((tree, past))]),

@@ -106,7 +106,8 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens):
     N, _, S, _ = k_cache.shape
     flat_k = k_cache.transpose(1, 2).reshape(N * S, H, d)  # (N*S, H, d): one row per physical slot
     flat_v = v_cache.transpose(1, 2).reshape(N * S, H, -1)
-    slot = (block_table.clamp(min=0)[:, :, None] * S + torch.arange(S, device=q.device)).flatten(1)  # (B, M*S)
+    # (B, M*S): the physical slot of each logical position
+    slot = (block_table.clamp(min=0)[:, :, None] * S + torch.arange(S, device=q.device)).flatten(1)
     k = flat_k[slot].permute(0, 2, 1, 3)  # (B, H, M*S, d)
     v = flat_v[slot].permute(0, 2, 1, 3)
     pos = torch.arange(slot.shape[1], device=q.device)

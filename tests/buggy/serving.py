@@ -10,8 +10,8 @@ import torch
 
 from . import correct as ok
 
-
 # --------------------------------------------------------------------------- image_text_mask
+
 
 def _runs(is_image):
     prev = torch.cat([torch.zeros_like(is_image[:, :1]), is_image[:, :-1]], dim=1)
@@ -55,6 +55,7 @@ def image_no_padding(is_image, attention_mask):
 
 # --------------------------------------------------------------------------- rolling_cache_mask
 
+
 def rolling_slot_as_position(slot_pos, q_pos, window):
     s = torch.arange(slot_pos.shape[1], device=slot_pos.device)[None, None, None, :]
     p = q_pos[:, None, :, None]
@@ -87,6 +88,7 @@ def rolling_window_from_slots(slot_pos, q_pos, window):
 
 # --------------------------------------------------------------------------- paged_attention
 
+
 def _paged(q, k_cache, v_cache, block_table, context_lens, *, table=None, mask_fn=None, scale=None):
     B, H, Lq, d = q.shape
     S = k_cache.shape[2]
@@ -106,8 +108,14 @@ def _paged(q, k_cache, v_cache, block_table, context_lens, *, table=None, mask_f
 
 def paged_top_left(q, k_cache, v_cache, block_table, context_lens):
     Lq = q.shape[2]
-    return _paged(q, k_cache, v_cache, block_table, context_lens,
-                  mask_fn=lambda p, qp, t, n, S: (p[None, :] <= torch.arange(Lq, device=p.device)[:, None]))
+    return _paged(
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        context_lens,
+        mask_fn=lambda p, qp, t, n, S: p[None, :] <= torch.arange(Lq, device=p.device)[:, None],
+    )
 
 
 def paged_logical_block(q, k_cache, v_cache, block_table, context_lens):
@@ -121,13 +129,25 @@ def paged_whole_blocks(q, k_cache, v_cache, block_table, context_lens):
 
 
 def paged_no_causal(q, k_cache, v_cache, block_table, context_lens):
-    return _paged(q, k_cache, v_cache, block_table, context_lens,
-                  mask_fn=lambda p, qp, t, n, S: (p[None, :] < n[:, None])[:, None, None, :])
+    return _paged(
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        context_lens,
+        mask_fn=lambda p, qp, t, n, S: (p[None, :] < n[:, None])[:, None, None, :],
+    )
 
 
 def paged_position_off(q, k_cache, v_cache, block_table, context_lens):
-    return _paged(q, k_cache, v_cache, block_table, context_lens,
-                  mask_fn=lambda p, qp, t, n, S: (p[None, None, :] < qp[:, :, None])[:, None])
+    return _paged(
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        context_lens,
+        mask_fn=lambda p, qp, t, n, S: (p[None, None, :] < qp[:, :, None])[:, None],
+    )
 
 
 def paged_scale_dv(q, k_cache, v_cache, block_table, context_lens):
@@ -139,6 +159,7 @@ def paged_detached(q, k_cache, v_cache, block_table, context_lens):
 
 
 # --------------------------------------------------------------------------- tree_mask
+
 
 def _ancestors(parents):
     return ok.tree_mask(parents, 0)  # (N, N)
