@@ -45,6 +45,7 @@ from .real_models import (
 )
 from .serving import (
     PagedKVCache,
+    RollingKVCache,
     decoder_logits,
     image_blocks,
     image_text_mask,
@@ -91,6 +92,7 @@ __all__ = [
     "MultiHeadAttention",
     "PagedKVCache",
     "Plan",
+    "RollingKVCache",
     "TinyDecoder",
     "TinyEncoderDecoder",
     "alibi_bias",

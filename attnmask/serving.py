@@ -3,8 +3,9 @@
 * :func:`image_blocks` / :func:`image_text_mask`: image tokens inside causal
   text. Each maximal run of image tokens is one block that attends to itself
   in both directions; text stays causal; padded keys are hidden.
-* :func:`rolling_slot_positions` / :func:`rolling_cache_mask`: a ring buffer
-  of W cache slots for a sliding window, and the mask over its slots.
+* :class:`RollingKVCache` / :func:`rolling_slot_positions` /
+  :func:`rolling_cache_mask`: a ring buffer of W cache slots for a sliding
+  window, and the mask over its slots.
 * :class:`PagedKVCache` / :func:`paged_attention`: keys and values stored in
   blocks of S slots, found through a block table per sequence.
 * :func:`tree_ancestors` / :func:`tree_positions` / :func:`tree_mask`: a draft
@@ -21,12 +22,12 @@ from __future__ import annotations
 import torch
 
 from .attention import attention
-from .cache import KVCache
 from .masks import _check_index_tensor, _check_size
 from .models import TinyDecoder
 
 __all__ = [
     "PagedKVCache",
+    "RollingKVCache",
     "decoder_logits",
     "image_blocks",
     "image_text_mask",
@@ -135,6 +136,41 @@ def rolling_cache_mask(slot_pos: torch.Tensor, q_pos: torch.Tensor, window: int)
     _check_size("window", window, 1)
     j, p = slot_pos[:, None, :], q_pos[:, :, None]  # (B, 1, W), (B, Lq, 1)
     return ((j >= 0) & (j <= p) & (j > p - window))[:, None]  # (B, 1, Lq, W)
+
+
+class RollingKVCache:
+    """A ring buffer of ``slots`` keys and values per layer, for a sliding-window layer.
+
+    Token p goes to slot ``p % slots``; :meth:`update` has :class:`~attnmask.KVCache`'s
+    interface, so a :class:`~attnmask.MultiHeadAttention` layer can write to either.
+    The mask over the slots is :func:`rolling_cache_mask` of :meth:`slot_positions`.
+    """
+
+    def __init__(self, slots: int):
+        _check_size("slots", slots, 1)
+        self.slots, self.n = slots, 0
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.n  # tokens written, not slots held
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, *, replace: bool = False):
+        """Write ``k, v (B, H, n, d)`` at positions ``len(self) ..``; return the slots ``(B, H, W, d)``."""
+        if self.k is None:
+            self.k = k.new_zeros(*k.shape[:2], self.slots, k.shape[3])
+            self.v = v.new_zeros(*v.shape[:2], self.slots, v.shape[3])
+        n = k.shape[2]
+        keep = min(n, self.slots)  # of a chunk longer than the ring only the last W tokens survive
+        slot = (self.n + n - keep + torch.arange(keep, device=k.device)) % self.slots
+        self.k = self.k.index_copy(2, slot, k[:, :, n - keep:])
+        self.v = self.v.index_copy(2, slot, v[:, :, n - keep:])
+        self.n += n
+        return self.k, self.v
+
+    def slot_positions(self) -> torch.Tensor:
+        """long ``(W,)``: the position each slot holds, -1 if empty."""
+        return rolling_slot_positions(self.n, self.slots, device=None if self.k is None else self.k.device)
 
 
 # --------------------------------------------------------------------------- paged KV cache
@@ -293,21 +329,24 @@ def tree_mask(parents: torch.Tensor, past_len: int) -> torch.Tensor:
 def decoder_logits(
     model: TinyDecoder,
     idx: torch.Tensor,
-    mask: torch.Tensor | None,
+    mask: torch.Tensor | None | list,
     positions: torch.Tensor,
-    caches: list[KVCache] | None = None,
+    caches: list | None = None,
 ) -> torch.Tensor:
     """:class:`~attnmask.TinyDecoder`'s forward with an explicit mask and positions.
 
     Args:
         idx: long ``(B, L)`` new tokens; positions: long ``(L,)`` or ``(B, L)``.
-        mask: bool, True = may attend, broadcastable to ``(B, H, L, past + L)``.
-        caches: one :class:`~attnmask.KVCache` per layer (appended to), or None.
+        mask: bool, True = may attend, broadcastable to ``(B, H, L, keys)``; or a
+            list of such masks, one per layer (local and global layers).
+        caches: one cache per layer (:class:`~attnmask.KVCache` or
+            :class:`RollingKVCache`, written to), or None.
 
     Returns:
         logits ``(B, L, V)``.
     """
+    masks = mask if isinstance(mask, list) else [mask] * len(model.blocks)
     x = model.embed.tok(idx) + model.embed.pos(positions)  # (B, L, D)
     for i, block in enumerate(model.blocks):
-        x = block(x, mask, cache=caches[i] if caches else None)
+        x = block(x, masks[i], cache=caches[i] if caches else None)
     return model.head(model.ln_f(x))
