@@ -137,3 +137,27 @@ def test_code_that_does_nothing_scores_zero(name, seed):
             if c.name in verdicts
         ]
         assert score_of(results) == 0.0, [r.name for r in results if r.passed and r.kind == "value"]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7])
+def test_rolling_cache_with_enough_slots_equals_full_sliding_window_in_chunks(chunk):
+    """A ring of W >= window + chunk - 1 slots, written a chunk at a time (a chunk may be longer
+    than the ring), gives each query the keys of its window; with fewer slots the first
+    queries of a chunk lose keys."""
+    torch.manual_seed(1)
+    L, window, d = 13, 3, 4
+    q, k, v = (torch.randn(1, 1, L, d) for _ in range(3))
+    full, _ = am.attention(q, k, v, am.sliding_window_mask(L, window))
+
+    def run(slots):
+        ring, outs = am.RollingKVCache(slots), []
+        for start in range(0, L, chunk):
+            stop = min(start + chunk, L)
+            k_ring, v_ring = ring.update(k[:, :, start:stop], v[:, :, start:stop])
+            mask = am.rolling_cache_mask(ring.slot_positions()[None], torch.arange(start, stop)[None], window)
+            outs.append(am.attention(q[:, :, start:stop], k_ring, v_ring, mask)[0])
+        return torch.cat(outs, dim=2)
+
+    assert torch.allclose(run(window + chunk - 1), full, atol=1e-6)
+    if chunk > 1:
+        assert not torch.allclose(run(window), full, atol=1e-6)
