@@ -188,7 +188,8 @@ def test_the_bundle_installs_only_what_grading_needs(bundle):
     names = {line.split("=")[0].split(">")[0].split("<")[0].strip().lower() for line in reqs.splitlines()
              if line.strip() and not line.startswith(("#", "-"))}
     assert "torch" in names and "rich" in names
-    assert not names & {"nbclient", "ipykernel", "nbformat", "pyyaml", "jupyterlab", "jupyter-book", "pytest"}
+    assert not names & {"nbclient", "ipykernel", "nbformat", "pyyaml", "jupyterlab", "jupyter-book", "pytest",
+                        "transformers"}
 
 
 @pytest.mark.slow

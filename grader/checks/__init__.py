@@ -25,11 +25,12 @@ from . import (
     ch7_variants,
     ch8_speed,
     ch9_real,
+    ch10_serving,
 )
 
 #: The chapters' check modules, by chapter number.
 _CHAPTERS = {1: ch1_leakage, 2: ch2_softmax, 3: ch3_padding, 4: ch4_combined, 5: ch5_cross, 6: ch6_cache,
-             7: ch7_variants, 8: ch8_speed, 9: ch9_real}
+             7: ch7_variants, 8: ch8_speed, 9: ch9_real, 10: ch10_serving}
 
 
 def _declared(name: str) -> tuple[int, Callable[..., list[Check]]]:

@@ -79,8 +79,8 @@ def gh_outputs_main(argv: Sequence[str] | None = None) -> int:
 #: (for students: the course's is for maintainers) and workflow come from classroom/github/.
 TEMPLATE_PATHS = ("exercises", "attnmask", "grader", "pyproject.toml")
 #: Development tools in requirements.txt that grading never imports, and what only executing the
-#: book needs (transformers, for chapter 9); left out of the student template and the Gradescope
-#: image, which install on every run or build.
+#: book needs (transformers, for chapters 9 and 10); left out of the student template and the
+#: Gradescope image, which install on every run or build.
 DEV_ONLY = {"jupyter-book", "nbval", "pytest", "pytest-xdist", "pytest-timeout", "pytest-benchmark",
             "hypothesis", "ruff", "transformers"}
 

@@ -15,6 +15,7 @@ import torch
 
 from . import correct as ok
 from . import real_models as rm
+from . import serving as sv
 from . import tiled as tl
 
 
@@ -557,4 +558,29 @@ BUGS: list[Bug] = [
     Bug("alibi_bias", rm.alibi_key_form, "alibi_key_form"),
     Bug("alibi_bias", rm.alibi_reversed, "alibi_reversed"),
     Bug("alibi_bias", rm.alibi_finite, "alibi_finite"),
+    Bug("image_text_mask", sv.image_one_block, "image_one_block"),
+    Bug("image_text_mask", sv.image_padding_reaches_block, "image_padding"),
+    Bug("image_text_mask", sv.image_causal_only, "image_causal"),
+    Bug("image_text_mask", sv.image_keys_only, "image_keys_only"),
+    Bug("image_text_mask", sv.image_no_padding, "image_no_padding"),
+    Bug("rolling_cache_mask", sv.rolling_slot_as_position, "slot_as_position"),
+    Bug("rolling_cache_mask", sv.rolling_window_le, "window_off_by_one"),
+    Bug("rolling_cache_mask", sv.rolling_empty_visible, "empty_slots"),
+    Bug("rolling_cache_mask", sv.rolling_future_visible, "ring_future"),
+    Bug("rolling_cache_mask", sv.rolling_no_window, "ring_no_window"),
+    Bug("rolling_cache_mask", sv.rolling_window_from_slots, "ring_no_window"),
+    Bug("paged_attention", sv.paged_top_left, "top_left"),
+    Bug("paged_attention", sv.paged_logical_block, "paged_logical"),
+    Bug("paged_attention", sv.paged_whole_blocks, "paged_past_len"),
+    Bug("paged_attention", sv.paged_no_causal, "paged_no_causal"),
+    Bug("paged_attention", sv.paged_position_off, "paged_position_off"),
+    Bug("paged_attention", sv.paged_scale_dv, "1/sqrt(dv)"),
+    Bug("paged_attention", sv.paged_detached, "no gradient reaches k_cache"),
+    Bug("tree_mask", sv.tree_siblings, "tree_siblings"),
+    Bug("tree_mask", sv.tree_chain, "tree_chain"),
+    Bug("tree_mask", sv.tree_no_cache, "tree_no_cache"),
+    Bug("tree_mask", sv.tree_parent_only, "tree_parent_only"),
+    Bug("tree_mask", sv.tree_no_self, "tree_no_self"),
+    Bug("tree_mask", sv.tree_descendants, "tree_descendants"),
+    Bug("tree_mask", sv.tree_top_left, "tree_top_left"),
 ]

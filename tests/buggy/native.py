@@ -16,11 +16,14 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     decoder_mask,
     document_mask,
     encoder_decoder_masks,
+    image_text_mask,
     left_padding_position_ids,
     packed_labels,
     padding_mask,
     prefix_lm_mask,
+    rolling_cache_mask,
     sliding_window_mask,
+    tree_mask,
 )
 
 
@@ -123,3 +126,18 @@ def tiled_attention(q, k, v, mask=None, tile=64):
         acc = acc * alpha + p @ vt
         m = m_new
     return acc / torch.where(total == 0, 1.0, total)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, context_lens):
+    B, H, Lq, d = q.shape
+    N, _, S, _ = k_cache.shape
+    flat_k = k_cache.transpose(1, 2).reshape(N * S, H, d)  # (N*S, H, d): one row per physical slot
+    flat_v = v_cache.transpose(1, 2).reshape(N * S, H, -1)
+    # (B, M*S): the physical slot of each logical position
+    slot = (block_table.clamp(min=0)[:, :, None] * S + torch.arange(S, device=q.device)).flatten(1)
+    k = flat_k[slot].permute(0, 2, 1, 3)  # (B, H, M*S, d)
+    v = flat_v[slot].permute(0, 2, 1, 3)
+    pos = torch.arange(slot.shape[1], device=q.device)
+    last = (context_lens[:, None] - Lq + torch.arange(Lq, device=q.device))[:, None, :, None]  # (B, 1, Lq, 1)
+    out, _ = attention(q, k, v, pos <= last)
+    return out
