@@ -164,3 +164,55 @@ def test_the_report_says_what_the_worker_measured(tmp_path):
     measured = report.isolation["measured"]
     assert measured == {"uid": "65534", "caps": "none", "pid": "1", "net": "lo", "seen": "0"}
     assert report.isolation["sandbox"] == "bubblewrap" and report.isolation["why"] == ""
+
+
+def test_unconfined_runs_only_when_asked_and_the_report_says_so(tmp_path, monkeypatch):
+    """Not as root, --unconfined runs the student's own code without the sandbox; the
+    report's isolation block and its terminal warning say that nothing was protected."""
+    from grader import report as report_mod
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    r = _grade_cells(tmp_path, "own", "", unconfined=True)
+    assert r.exercise("causal_mask").status == "passed"
+    assert r.isolation["sandbox"] == "none" and r.isolation["seed_protected"] is False
+    assert "--unconfined" in r.isolation["why"]
+    assert report_mod.unprotected(r) == "the seed and the reference answers"
+
+
+@pytest.mark.slow
+def test_a_fork_hopper_does_not_outlive_its_grading(tmp_path):
+    """A helper leaves the worker's session and forks its successor again and again: when the
+    grading ends, its pid namespace ends, and the hopper with it."""
+    from grader.sandbox import procs
+
+    code = r'''
+import ctypes, os, time
+def hop():
+    if os.fork():
+        return "started"
+    os.setsid()
+    ctypes.CDLL(None).prctl(15, b"grader-hop-cli")
+    while True:
+        if os.fork():
+            os._exit(0)
+        time.sleep(0.05)
+STARTED = hop()
+'''
+    report = _grade_cells(tmp_path, "hopper", code)
+    assert report.exercise("causal_mask").status == "passed"
+
+    def hoppers() -> list[int]:
+        found = []
+        for pid in procs.pids():
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    found += [pid] if f.read().strip() == "grader-hop-cli" else []
+            except OSError:
+                pass
+        return found
+
+    import time
+    deadline = time.monotonic() + 5
+    while hoppers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not hoppers(), "a process of the submission outlived its grading"
