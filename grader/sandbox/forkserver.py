@@ -19,8 +19,8 @@ For each connection the server
 2. forks a *minder* for it, which forks the child. The child gets a session of its
    own, exactly those descriptors, that folder and environment, and runs the role's
    body;
-3. the minder answers ``pid N``, then ``rss BYTES`` now and then (the memory the child
-   and its descendants hold), then ``exit CODE`` once the child has exited (CODE
+3. the minder answers ``pid N``, then ``rss BYTES`` now and then (the resident memory of
+   the child, or of a confined worker's process 1), then ``exit CODE`` once the child has exited (CODE
    negative for a signal, as Popen's returncode). If the connection closes first --
    the asker died or gave up at its time limit -- it kills the child's whole session.
 
@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .procs import ChildWakeups, descendants, kill_session, stop_server
+from .procs import ChildWakeups, children, descendants, kill_session, stop_server
 
 _HEADER_MAX = 1 << 20
 _PR_SET_DUMPABLE = 4
@@ -310,7 +310,8 @@ def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wake
         while True:
             ready, _, _ = select.select([conn, wakeups.r] if alive else [wakeups.r], [], [], 0.25)
             wakeups.drain()
-            rss = _rss([pid, *descendants(pid)])
+            # A confined worker is the child's child (process 1 of its own pid namespace).
+            rss = _rss(children(pid) if req.get("share") else [pid])
             if alive and rss != told:
                 try:
                     conn.sendall(f"rss {rss}\n".encode())

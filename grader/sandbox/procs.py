@@ -46,6 +46,11 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    return [p for p in pids() if stat_fields(p)[1:2] == [str(pid)]]
+
+
 def session_members(sid: int) -> list[int]:
     """Processes in session ``sid`` (a sandbox's), e.g. children it left behind."""
     return [pid for pid in pids() if stat_fields(pid)[3:4] == [str(sid)]]

@@ -312,6 +312,11 @@ class _Drive:
         from . import channel  # imports torch: not needed to start a worker
 
         word, *rest = line.split()
+        if word == "refused" and self.phase == "startup":
+            self.fatal = True
+            self.h.grader_failed(allowlist.refusal(" ".join(rest)[:200] or "its namespaces were refused"))
+            self.phase = "bye"
+            return
         if word == "ready" and self.phase == "startup":
             if self.w.confined:
                 pairs = [r.split("=", 1) for r in rest[:8] if "=" in r and len(r) <= 40]

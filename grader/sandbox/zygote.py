@@ -106,7 +106,11 @@ def _become_worker(req: dict, extra: list[int]) -> int:
 
         if not isinstance(share, str) or not share.isalnum():
             raise ValueError("a worker's results folder is one plain name")
-        namespaces.isolate(f"{allowlist.SHARED}/{share}")
+        try:
+            namespaces.isolate(f"{allowlist.SHARED}/{share}")
+        except namespaces.Refused as e:  # before any student code: say why, in one bounded line
+            os.write(extra[0], f"refused {str(e)[:200]}\n".encode("ascii", "replace"))
+            return 3
     sys.argv = [worker.__file__, str(extra[0])]  # as `-m grader.sandbox.worker` has it
     worker.serve(extra[0], confined=share is not None)
     return 0
