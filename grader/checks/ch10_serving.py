@@ -206,7 +206,7 @@ def ring(n_written, slots: int, Lq: int) -> tuple[torch.Tensor, torch.Tensor]:
     return am.rolling_slot_positions(n, slots), n[:, None] - Lq + torch.arange(Lq)
 
 
-@exercise(5.0, "rolling_cache_mask(slot_pos, q_pos, window): bool (B, 1, Lq, W), slot_pos >= 0 and "
+@exercise(4.0, "rolling_cache_mask(slot_pos, q_pos, window): bool (B, 1, Lq, W), slot_pos >= 0 and "
           "q_pos - window < slot_pos <= q_pos.")
 def rolling_cache_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ROLLING
@@ -309,7 +309,7 @@ def paged_case(gen: torch.Generator, lens: list[int], Lq: int, S: int, H: int = 
     return q.to(dtype), k_cache.to(dtype), v_cache.to(dtype), table, torch.tensor(lens)
 
 
-@exercise(6.0, "paged_attention(q, k_cache, v_cache, block_table, context_lens): (B, H, Lq, dv), query i at "
+@exercise(5.0, "paged_attention(q, k_cache, v_cache, block_table, context_lens): (B, H, Lq, dv), query i at "
           "position context_lens[b] - Lq + i attends positions 0 .. its own, found at block "
           "block_table[b, p // S], slot p % S; scale 1/sqrt(d).")
 def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -385,7 +385,7 @@ def random_tree(gen: torch.Generator, N: int, deep: bool = False) -> torch.Tenso
     return torch.tensor(out, dtype=torch.long)
 
 
-@exercise(5.0, "tree_mask(parents, past_len): bool (N, past_len + N), every committed key, and draft key "
+@exercise(4.0, "tree_mask(parents, past_len): bool (N, past_len + N), every committed key, and draft key "
           "past_len + a for a = i or an ancestor of i.")
 def tree_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = TREE
