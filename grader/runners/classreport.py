@@ -207,7 +207,8 @@ def markdown(record: dict[str, Any], stats: dict[str, ExerciseStats],
         for m, grid in list(s.example.items())[:1]:
             lines += ["", f"One anonymised example ({m}):", "", "```", grid, "```"]
     lines += ["", "## Similarity flags", "", similarity.NOTE, ""]
-    lines += ([f"- {f.exercise}: {f.a} and {f.b}, similarity {f.score:.2f}" for f in flags]
+    lines += ([f"- {f.exercise}: {f.a} and {f.b}, similarity {f.score:.2f}"
+               + (f" (also alike: {', '.join(f.others)})" if f.others else "") for f in flags]
               or ["No pair is flagged."])
     return "\n".join(lines) + "\n"
 
@@ -215,7 +216,7 @@ def markdown(record: dict[str, Any], stats: dict[str, ExerciseStats],
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}
 pre{background:#f6f6f6;padding:.5em;line-height:1.15}.ex{display:flex;gap:1.5em;align-items:flex-start;
-flex-wrap:wrap;border-top:1px solid #ddd;padding-top:.5em}.pair{display:flex;gap:1em}.pair pre{flex:1;
+border-top:1px solid #ddd;padding-top:.5em}.ex>div{flex:1;min-width:0}.pair{display:flex;gap:1em}.pair pre{flex:1;
 overflow:auto;font-size:12px}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em 1em}"""
 
 
@@ -223,6 +224,7 @@ def page(record: dict[str, Any], stats: dict[str, ExerciseStats], flags: Sequenc
     n = sum(1 for r in record["rows"] if r["status"] == "graded")
     overview, top, hists = _figures(stats, n)
     esc = html.escape
+    meaning = {key: msg for msg, key in classic_mistakes().items()}
     out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Class report</title>"
            f"<style>{CSS}</style></head><body><h1>Class report</h1>",
            f"<p>Students: {esc(_status_line(record))}. Grading: {esc(_timing(record))}.</p>",
@@ -231,13 +233,13 @@ def page(record: dict[str, Any], stats: dict[str, ExerciseStats], flags: Sequenc
            f"<img alt='mean score per exercise' src='data:image/png;base64,{overview}'>"]
     for e, s in stats.items():
         mean = f"{100 * statistics.fmean(s.shares):.0f}%" if s.shares else "–"
-        rows = "".join(f"<tr><td>{esc(m)}</td><td>{c}</td><td>{100 * c / max(1, n):.0f}%</td></tr>"
-                       for m, c in s.mistakes.most_common())
+        rows = "".join(f"<tr><td>{esc(m)}</td><td>{c}</td><td>{100 * c / max(1, n):.0f}%</td>"
+                       f"<td>{esc(meaning.get(m, ''))}</td></tr>" for m, c in s.mistakes.most_common())
         checks = "".join(f"<li>{esc(k)} ({c})</li>" for k, c in s.failed_checks.most_common(5))
         example = next(iter(s.example.items()), None)
         out.append(f"<section class='ex' id='{esc(e)}'><img alt='score distribution of {esc(e)}' "
                    f"src='data:image/png;base64,{hists[e]}'><div><h2>{esc(e)}</h2><p>mean score {mean}</p>"
-                   + ("<table class='mistakes'><tr><th>mistake</th><th>students</th><th>share</th></tr>"
+                   + ("<table class='mistakes'><tr><th>mistake</th><th>students</th><th>share</th><th>what it is</th></tr>"
                       f"{rows}</table>"
                       if rows else "<p>No student lost points here.</p>")
                    + (f"<p>Checks that failed most:</p><ul>{checks}</ul>" if checks else "")
@@ -247,8 +249,9 @@ def page(record: dict[str, Any], stats: dict[str, ExerciseStats], flags: Sequenc
     if not flags:
         out.append("<p>No pair is flagged.</p>")
     for f in flags:
+        also = f" (also alike: {esc(', '.join(f.others))})" if f.others else ""
         out.append(f"<div class='flag'><h3>{esc(f.exercise)}: {esc(f.a)} and {esc(f.b)} "
-                   f"(similarity {f.score:.2f})</h3><div class='pair'><pre>{esc(f.a_source)}</pre>"
+                   f"(similarity {f.score:.2f}){also}</h3><div class='pair'><pre>{esc(f.a_source)}</pre>"
                    f"<pre>{esc(f.b_source)}</pre></div></div>")
     out.append("</body></html>")
     return "\n".join(out)
@@ -257,7 +260,8 @@ def page(record: dict[str, Any], stats: dict[str, ExerciseStats], flags: Sequenc
 def write_report(out: Path, record: dict[str, Any]) -> tuple[Path, Path]:
     """OUT/class-report.html and OUT/class-report.md for the class run ``record``."""
     stats = gather(out, record)
-    flags = similarity.flags(similarity.load_students(out, record["rows"]), record["exercises"])
+    graded = [e for e in record["exercises"] if e in stats]
+    flags = similarity.grouped(similarity.flags(similarity.load_students(out, record["rows"]), graded))
     md, page_html = out / "class-report.md", out / "class-report.html"
     md.write_text(markdown(record, stats, flags))
     page_html.write_text(page(record, stats, flags))

@@ -37,6 +37,7 @@ class Plan:
     paths: dict[str, Path] = field(default_factory=dict)  # found submission name -> its path
     owner: dict[str, str] = field(default_factory=dict)  # roster id -> found submission name
     strangers: list[str] = field(default_factory=list)  # found, on nobody's roster
+    entry_of: dict[str, rosterfile.Enrolled] = field(default_factory=dict)  # found name -> roster entry
 
     def select(self, students: list[Any]) -> list[Any]:
         """The students (class mode's roster.Student) this run grades; remembers the whole class."""
@@ -44,6 +45,7 @@ class Plan:
         names = [s.name for s in students]
         if self.roster is not None:
             self.owner, self.strangers = rosterfile.match(self.roster, names)
+            self.entry_of = {self.owner[e.id]: e for e in self.roster if e.id in self.owner}
             found = set(self.owner.values())
             self.everyone = [self.owner.get(e.id, e.id) for e in self.roster] + [n for n in names
                                                                                   if n not in found]
@@ -51,10 +53,15 @@ class Plan:
             self.everyone = names
         if self.shard is None:
             return students
-        return [s for s in students if self.shard.holds(s.name)]
+        return [s for s in students if self.mine(self.shard_key(s.name))]
 
-    def mine(self, name: str) -> bool:
-        return self.shard is None or self.shard.holds(name)
+    def shard_key(self, name: str) -> str:
+        """A found submission's shard key: its roster entry's (:attr:`Enrolled.shard_key`), else its name."""
+        entry = self.entry_of.get(name)
+        return entry.shard_key if entry is not None else name
+
+    def mine(self, key: str) -> bool:
+        return self.shard is None or self.shard.holds(key)
 
     def settings(self) -> dict[str, Any]:
         """What of the plan changes grades: the merge refuses shards that differ in it."""
@@ -100,7 +107,7 @@ def rows_for(plan: Plan, graded: Sequence[dict[str, Any]]) -> list[dict[str, Any
         for e in plan.roster:
             name = plan.owner.get(e.id)
             if name is None:
-                if not plan.mine(e.id):
+                if not plan.mine(e.shard_key):
                     continue
                 row = {"student": e.id, "slug": "", "status": "missing", "message": "no submission found",
                        "total": 0.0, "max": None, "scores": {}, "seconds": 0.0}

@@ -31,6 +31,12 @@ class Enrolled:
     due: str | None = None  # ISO 8601, this student's own due date
     submitted: str | None = None  # ISO 8601, when the roster says they handed in
 
+    @property
+    def shard_key(self) -> str:
+        """What places this student in a shard (:mod:`.shards`), found or not: their folder's name
+        when the roster gives one, so a shard that cloned only its own students agrees."""
+        return self.keys[0] if self.keys else self.id
+
 
 def _norm(text: str) -> str:
     return text.strip().lower()

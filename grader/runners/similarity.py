@@ -20,7 +20,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -144,6 +144,37 @@ class Flag:
     score: float
     a_source: str
     b_source: str
+    others: list[str] = field(default_factory=list)  # more students in the same group as a and b
+
+
+def grouped(found: Sequence[Flag]) -> list[Flag]:
+    """One flag per group of students linked by flagged pairs (per exercise and reference):
+    a function shared by ten students is one finding, not forty-five pairs."""
+    out: list[Flag] = []
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(x: tuple[str, str]) -> tuple[str, str]:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for f in found:
+        if not f.b.startswith("reference:"):
+            parent[root((f.exercise, f.b))] = root((f.exercise, f.a))
+    best: dict[tuple[str, str], Flag] = {}
+    members: dict[tuple[str, str], set[str]] = {}
+    for f in found:
+        if f.b.startswith("reference:"):
+            out.append(f)
+            continue
+        r = root((f.exercise, f.a))
+        members.setdefault(r, set()).update((f.a, f.b))
+        if r not in best or f.score > best[r].score:
+            best[r] = f
+    for r, f in best.items():
+        f.others = sorted(members[r] - {f.a, f.b})
+        out.append(f)
+    return sorted(out, key=lambda f: (-f.score, f.exercise, f.a, f.b))
 
 
 def flags(students: dict[str, dict[str, str]], exercises: Sequence[str], *, threshold: float = THRESHOLD,
