@@ -216,7 +216,8 @@ def markdown(record: dict[str, Any], stats: dict[str, ExerciseStats],
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}
 pre{background:#f6f6f6;padding:.5em;line-height:1.15}.ex{display:flex;gap:1.5em;align-items:flex-start;
-border-top:1px solid #ddd;padding-top:.5em}.ex>div{flex:1;min-width:0}.pair{display:flex;gap:1em}.pair pre{flex:1;
+border-top:1px solid #ddd;padding-top:.5em}.ex>div{flex:1;min-width:0}
+.pair{display:flex;gap:1em}.pair pre{flex:1;
 overflow:auto;font-size:12px}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em 1em}"""
 
 
@@ -239,7 +240,8 @@ def page(record: dict[str, Any], stats: dict[str, ExerciseStats], flags: Sequenc
         example = next(iter(s.example.items()), None)
         out.append(f"<section class='ex' id='{esc(e)}'><img alt='score distribution of {esc(e)}' "
                    f"src='data:image/png;base64,{hists[e]}'><div><h2>{esc(e)}</h2><p>mean score {mean}</p>"
-                   + ("<table class='mistakes'><tr><th>mistake</th><th>students</th><th>share</th><th>what it is</th></tr>"
+                   + ("<table class='mistakes'><tr><th>mistake</th><th>students</th><th>share</th>"
+                      "<th>what it is</th></tr>"
                       f"{rows}</table>"
                       if rows else "<p>No student lost points here.</p>")
                    + (f"<p>Checks that failed most:</p><ul>{checks}</ul>" if checks else "")

@@ -44,7 +44,8 @@ class LatePolicy:
                              f"e.g. 10/day,cap=50; got {text!r}.")
         per_day, cap = float(m.group(1)), (float(m.group(2)) if m.group(2) else None)
         if per_day > 100 or (cap is not None and cap > 100):
-            raise SystemExit(f"--late-policy takes percentages of at most 100; got {text!r}.")
+            raise SystemExit(f"--late-policy (none, P/day or P/day,cap=C) takes percentages of at most 100; "
+                             f"got {text!r}.")
         return cls(per_day, cap)
 
     def describe(self) -> str:

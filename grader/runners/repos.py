@@ -82,7 +82,8 @@ def by_search(api: Api, org: str, prefix: str) -> list[str]:
         total = int(data.get("total_count", 0))
         if total > SEARCH_CAP:
             raise SystemExit(f"the search finds {total} repositories, over the {SEARCH_CAP} GitHub's search "
-                             f"returns: list by assignment instead (--assignment ID, GitHub Classroom's API).")
+                             f"returns: list by assignment instead (--assignment ID, GitHub Classroom's "
+                             f"API).")
         items = data.get("items", [])
         names += [i["name"] for i in items]
         if len(items) < PER_PAGE or len(names) >= total:

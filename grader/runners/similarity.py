@@ -87,6 +87,11 @@ class _Normalise(ast.NodeTransformer):
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         return ast.Constant(value=type(node.value).__name__)
 
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant):
+            return self.visit_Constant(node.operand)  # -1 is a constant as 1 is
+        return self.generic_visit(node)
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         body = node.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
