@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from grader.__main__ import SUBCOMMANDS
-from grader.runners import classroom, github
+from grader.runners import classroom, github, repos
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENT = REPO / "classroom" / "github" / ".github" / "workflows" / "classroom.yml"
@@ -101,6 +101,8 @@ def test_every_run_command_refers_to_things_that_exist(path, tmp_path):
                 assert (template / reqs).is_file() and (REPO / reqs).is_file(), reqs
             elif module == "grader" and rest[0] == "class":
                 classroom.build_parser().parse_args(rest[1:])  # valid class-mode arguments
+            elif module == "grader" and rest[0] == "repos" and path == INSTRUCTOR:
+                repos.build_parser().parse_args(rest[1:])  # valid arguments (listing needs GitHub)
             elif module == "grader" and rest[0] in SUBCOMMANDS:
                 assert rest[0] in ("gh-outputs", "template"), rest  # what a student's workflow may run
             elif module == "grader":

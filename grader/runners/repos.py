@@ -107,7 +107,7 @@ def write_roster(names: Sequence[str], path: Path) -> None:
         w.writerows([n, n, n] for n in names)
 
 
-def main(argv: Sequence[str] | None = None, *, api: Api = gh_api) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grader repos",
                                 description="List an assignment's student repositories completely, or one "
                                             "shard of a roster.")
@@ -120,7 +120,11 @@ def main(argv: Sequence[str] | None = None, *, api: Api = gh_api) -> int:
     sh = sub.add_parser("shard", help="the roster's students in one shard, one per line")
     sh.add_argument("roster", type=Path)
     sh.add_argument("--shard", required=True, metavar="i/N")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, api: Api = gh_api) -> int:
+    args = build_parser().parse_args(argv)
     if args.action == "shard":
         shard = shards.parse(args.shard)
         for e in rosterfile.read(args.roster):
