@@ -234,3 +234,36 @@ def test_forty_students_in_four_shards_grade_as_one_run(tmp_path, monkeypatch):
                           capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 1 and lost and all(n in proc.stderr for n in lost), proc.stderr
+
+
+def _guide_block(after: str) -> str:
+    """The first ```bash block of the guide's page after the line containing ``after``."""
+    text = (REPO / "book" / "grading_large_class.md").read_text()
+    rest = text.split(after, 1)[1]
+    return rest.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow
+def test_the_guides_slurm_script_grades_and_merges_a_class(tmp_path):
+    """The sbatch script of book/grading_large_class.md, run as written, one array task after
+    another with the variables Slurm sets, then the merge line of its submission block."""
+    script = _guide_block("Save this as `grade.sbatch`")
+    assert "#SBATCH --array=0-15" in script
+    tasks = 3  # as with --array=0-2
+    subs = _real_class(tmp_path, 6)
+    (tmp_path / "grade.sbatch").write_text(script)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GRADER_SEED": "314159265358979323846264338327950288419",
+           "SUBMISSIONS": str(subs), "OUT": str(tmp_path / "grading"), "SLURM_ARRAY_TASK_COUNT": str(tasks),
+           "SLURM_ARRAY_TASK_MIN": "0", "SLURM_CPUS_PER_TASK": "2"}
+    for i in range(tasks):
+        proc = subprocess.run(["bash", str(tmp_path / "grade.sbatch")], cwd=REPO, capture_output=True,
+                              text=True, env={**env, "SLURM_ARRAY_TASK_ID": str(i)}, timeout=600)
+        assert proc.returncode == 0 and f"shard {i}/{tasks}" in proc.stderr, proc.stderr[-2000:]
+    submit = _guide_block("and submit it")
+    merge_line = submit.split("--wrap '", 1)[1].rsplit("'", 1)[0]
+    proc = subprocess.run(["bash", "-c", merge_line], cwd=REPO, capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _grades(tmp_path / "grading" / "grades" / "grades.csv")
+    assert sorted(r["student"] for r in rows) == [f"s{i:02d}" for i in range(6)]
+    assert all(r["status"] == "graded" for r in rows)
