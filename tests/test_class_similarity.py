@@ -87,3 +87,13 @@ def test_a_link_out_of_the_submission_is_not_read(tmp_path):
     sub.mkdir()
     (sub / "ex.py").symlink_to(outside)
     assert similarity.functions_in(sub, ["causal_mask"]) == {}
+
+
+def test_students_who_pasted_one_reference_are_one_flag():
+    ref = similarity.functions_in(REPO / "solutions", ["kv_cache_attention"])["kv_cache_attention"]
+    students = {f"s{i}": {"kv_cache_attention": ref} for i in range(6)}
+    found = similarity.flags(students, ["kv_cache_attention"])
+    assert len({f.a for f in found if f.b.startswith("reference:")}) == 6  # each of them, against it
+    grouped = similarity.grouped(found)
+    to_ref = [f for f in grouped if f.b.startswith("reference:")]
+    assert len(to_ref) == 1 and len(to_ref[0].others) == 5

@@ -169,11 +169,10 @@ def grouped(found: Sequence[Flag]) -> list[Flag]:
     best: dict[tuple[str, str], Flag] = {}
     members: dict[tuple[str, str], set[str]] = {}
     for f in found:
-        if f.b.startswith("reference:"):
-            out.append(f)
-            continue
-        r = root((f.exercise, f.a))
-        members.setdefault(r, set()).update((f.a, f.b))
+        # students alike, or students who match one reference: one group each
+        to_reference = f.b.startswith("reference:")
+        r = (f.exercise, f.b) if to_reference else root((f.exercise, f.a))
+        members.setdefault(r, set()).update((f.a,) if to_reference else (f.a, f.b))
         if r not in best or f.score > best[r].score:
             best[r] = f
     for r, f in best.items():
@@ -184,20 +183,28 @@ def grouped(found: Sequence[Flag]) -> list[Flag]:
 
 def flags(students: dict[str, dict[str, str]], exercises: Sequence[str], *, threshold: float = THRESHOLD,
           refs: dict[str, list[tuple[str, str]]] | None = None) -> list[Flag]:
-    """Pairs at or above ``threshold``, most similar first. ``students``: name -> {exercise: source}."""
+    """Pairs at or above ``threshold``, most similar first. ``students``: name -> {exercise: source}.
+
+    Students whose functions normalise to the same tokens are compared once, as one: each
+    of them is flagged with the first (a chain that :func:`grouped` turns into one group)."""
     refs = references(exercises) if refs is None else refs
     out = []
     for ex in exercises:
-        subs = [(n, fns[ex]) for n, fns in sorted(students.items())
-                if ex in fns and len(shingles(fns[ex])) >= MIN_SHINGLES]
-        for (a, sa), (b, sb) in itertools.combinations(subs, 2):
+        alike: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for n, fns in sorted(students.items()):
+            if ex in fns and len(shingles(fns[ex])) >= MIN_SHINGLES:
+                alike.setdefault(tokens(fns[ex]), []).append((n, fns[ex]))
+        for same in alike.values():
+            out += [Flag(ex, same[0][0], b, 1.0, same[0][1], sb) for b, sb in same[1:]]
+        for ((a, sa), *_), ((b, sb), *_) in itertools.combinations(alike.values(), 2):
             s = similarity(sa, sb)
             if s >= threshold:
                 out.append(Flag(ex, a, b, round(s, 3), sa, sb))
-        for a, sa in subs:
-            best = max(((similarity(sa, rs), where, rs) for where, rs in refs.get(ex, [])), default=None)
+        for same in alike.values():
+            best = max(((similarity(same[0][1], rs), where, rs) for where, rs in refs.get(ex, [])),
+                       default=None)
             if best is not None and best[0] >= threshold:
-                out.append(Flag(ex, a, best[1], round(best[0], 3), sa, best[2]))
+                out += [Flag(ex, a, best[1], round(best[0], 3), sa, best[2]) for a, sa in same]
     return sorted(out, key=lambda f: (-f.score, f.exercise, f.a, f.b))
 
 
