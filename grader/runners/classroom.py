@@ -48,7 +48,15 @@ from ..sandbox.forkserver import Zygote
 from ..seed import SEED_ENV
 from .classrun import finish, plan_from
 from .classsummary import print_summary
-from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
+from .processes import (
+    _PACKAGE_ROOT,
+    _PUBLIC_ONLY_ENV,
+    Preloaded,
+    kill_running,
+    log_tail,
+    run_limited,
+    single_thread_env,
+)
 from .roster import Student, content_hash, discover, grading_target
 from .scores import (
     _fmt,
@@ -282,7 +290,10 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         # Gradings forked from a server with the grader imported, and their sandboxed workers
         # forked from a zygote with torch imported (never the reference or the cases).
         zyg = Zygote() if preload and command is engine_command and todo else None
-        preloaded = Preloaded(zyg.env()) if zyg is not None else None
+        preloaded = None
+        if zyg is not None:  # the server builds the class's cases and references once, for its seed
+            public = "1" if "--public-only" in extra else "0"
+            preloaded = Preloaded({**zyg.env(), SEED_ENV: str(seed), _PUBLIC_ONLY_ENV: public})
         if zyg is not None:
             zyg.wait_ready()  # both import torch meanwhile
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))

@@ -162,6 +162,10 @@ class Preloaded:
         self.server.close()
 
 
+#: Set in the server's environment when the class is graded with --public-only.
+_PUBLIC_ONLY_ENV = "GRADER_CLASS_PUBLIC_ONLY"
+
+
 def _preload() -> None:
     """What every grading imports, imported once in the server."""
     import torch
@@ -181,6 +185,15 @@ def _preload() -> None:
 
     from .. import diagnose, verdicts  # noqa: F401
     from ..sandbox import channel, integrity, supervisor, worker  # noqa: F401
+
+    # The class's cases and their reference outputs, built once here for every grading forked
+    # from this server (the seed is the class's: every grading gets the same one).
+    from ..seed import SEED_ENV
+
+    if os.environ.get(SEED_ENV, "").isdigit():
+        from .. import checks
+
+        checks.prepare_class(int(os.environ[SEED_ENV]), hidden=os.environ.get(_PUBLIC_ONLY_ENV) != "1")
 
 
 def _grade(req: dict, extra: list[int]) -> int:
