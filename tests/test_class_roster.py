@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners import classroom, lateness, repos, rosterfile
+from grader.runners import classroom, lateness, merge, repos, rosterfile
+from grader.runners.shards import shard_of
 
 FAKE = r'''
 import json, sys
@@ -178,3 +179,30 @@ def test_a_classroom_listing_short_of_the_accepted_count_fails():
     with pytest.raises(SystemExit, match="reports 120 accepted assignments but listed 100"):
         repos.main(["list", "org", "m", "--assignment", "5"], api=FakeGitHub([f"m-{i}" for i in range(100)],
                                                                              accepted=120))
+
+
+def test_shards_that_each_cloned_only_their_own_students_merge_into_the_roster(tmp_path, fake):
+    """As the matrix workflow runs: a GitHub Classroom roster (id = e-mail, folder = GitHub
+    user), each shard's folder holding only its own students' clones; one student never
+    accepted the assignment. The merge has every roster student once, in roster order."""
+    users = [f"user{i}" for i in range(9)]
+    roster = tmp_path / "classroom_roster.csv"
+    roster.write_text("identifier,github_username,github_id,name\n" + "".join(
+        f"{u}@uni.edu,{u if u != 'user4' else ''},{i},Student {i}\n" for i, u in enumerate(users)))
+    outs = []
+    for i in range(3):
+        subs = tmp_path / f"clones{i}"
+        subs.mkdir()
+        for e in rosterfile.read(roster):  # what `python -m grader repos shard` prints for this shard
+            if shard_of(e.shard_key, 3) == i and e.shard_key != "user4@uni.edu":
+                _hand_in(subs, e.shard_key, DUE)
+        outs.append(tmp_path / f"shard{i}")
+        classroom.main([str(subs), "--out", str(outs[-1]), "--seed", "3", "--no-progress", "--no-report",
+                        "--roster", str(roster), "--shard", f"{i}/3"], command=fake,
+                       exercises=("causal_mask", "attention"))
+    assert merge.main([*map(str, outs), "--out", str(tmp_path / "merged"), "--no-report"]) == 0
+    rows = _rows(tmp_path / "merged" / "grades.csv")
+    assert list(rows) == [f"{u}@uni.edu" for u in users]
+    assert rows["user4@uni.edu"]["status"] == "missing"
+    assert {r["status"] for k, r in rows.items() if k != "user4@uni.edu"} == {"graded"}
+

@@ -47,8 +47,9 @@ class Plan:
             self.owner, self.strangers = rosterfile.match(self.roster, names)
             self.entry_of = {self.owner[e.id]: e for e in self.roster if e.id in self.owner}
             found = set(self.owner.values())
-            self.everyone = [self.owner.get(e.id, e.id) for e in self.roster] + [n for n in names
-                                                                                  if n not in found]
+            # roster students by their id, found or not (a shard that cloned only its own students
+            # does not find the others), and submissions on nobody's roster by their name
+            self.everyone = [e.id for e in self.roster] + [n for n in names if n not in found]
         else:
             self.everyone = names
         if self.shard is None:

@@ -61,18 +61,19 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
         raise SystemExit("refusing to merge shards graded differently:\n  " + "\n  ".join(problems))
     first = records[0][1]
     exercises = first["exercises"]
-    everyone: set[str] = set()
+    everyone: dict[str, None] = {}  # in the order the shards list them
     for _, r in records:
-        everyone.update(r["class"])
+        everyone.update(dict.fromkeys(r["class"]))
     rows: dict[str, tuple[Path, dict[str, Any]]] = {}
     duplicates: list[str] = []
     for d, r in records:
         for row in r["rows"]:
-            if row["student"] in rows:
-                duplicates.append(f"{row['student']} (in {rows[row['student']][0]} and {d})")
+            key = row.get("id") or row["student"]  # a roster student by id, anyone else by name
+            if key in rows:
+                duplicates.append(f"{key} (in {rows[key][0]} and {d})")
                 continue
-            rows[row["student"]] = (d, row)
-    missing = sorted(everyone - set(rows))
+            rows[key] = (d, row)
+    missing = [name for name in everyone if name not in rows]
     count = first["shard"][1] if first.get("shard") else 1
     seen = {r["shard"][0] for _, r in records if r.get("shard")}
     absent = [f"{i}/{count}" for i in range(count) if i not in seen] if first.get("shard") else []
@@ -100,13 +101,17 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
                 if "raw" in row:
                     row["raw"] = total_score(results)
         merged_rows.append(row)
+    names = {entry[0]: entry[1] for entry in first.get("settings", {}).get("roster") or []}
     for name in missing:
         merged_rows.append({"student": name, "slug": "", "status": "not merged", "total": 0.0, "max": None,
                             "scores": {}, "seconds": 0.0, "raw": 0.0, "penalty": 0.0, "days_late": 0.0,
-                            "submitted": "", "due": "", "id": "", "name": "",
+                            "submitted": "", "due": "", "id": name if name in names else "",
+                            "name": names.get(name, ""),
                             "message": "no shard given to the merge graded this student"})
-    merged_rows.sort(key=lambda r: r["student"])
-    record = {**first, "shard": None, "rows": merged_rows, "class": sorted(everyone),
+    # the order of one run: the roster's, then everyone else by name
+    order = {entry[0]: i for i, entry in enumerate(first.get("settings", {}).get("roster") or [])}
+    merged_rows.sort(key=lambda r: (order.get(r.get("id") or r["student"], len(order)), r["student"]))
+    record = {**first, "shard": None, "rows": merged_rows, "class": list(everyone),
               "shards": [{"folder": str(d), "shard": r.get("shard"), "wall_seconds": r.get("wall_seconds")}
                          for d, r in records],
               "wall_seconds": max(float(r.get("wall_seconds") or 0) for _, r in records)}

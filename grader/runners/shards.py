@@ -121,7 +121,7 @@ def run_record(*, fingerprint: str, exercises: Sequence[str], options: Sequence[
     return {"format": RUN_FORMAT, "grader": fingerprint, "exercises": list(exercises),
             "options": list(options), "seed_tag": seed_tag(seed),
             "shard": None if shard is None else [shard.index, shard.count],
-            "class": sorted(everyone), "rows": list(rows), "wall_seconds": round(wall, 2), **(extra or {})}
+            "class": list(everyone), "rows": list(rows), "wall_seconds": round(wall, 2), **(extra or {})}
 
 
 def write_record(out: Path, record: dict[str, Any]) -> Path:
