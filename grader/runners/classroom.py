@@ -50,7 +50,6 @@ from .classrun import finish, plan_from
 from .classsummary import print_summary
 from .processes import (
     _PACKAGE_ROOT,
-    _PUBLIC_ONLY_ENV,
     Preloaded,
     kill_running,
     log_tail,
@@ -290,10 +289,9 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         # Gradings forked from a server with the grader imported, and their sandboxed workers
         # forked from a zygote with torch imported (never the reference or the cases).
         zyg = Zygote() if preload and command is engine_command and todo else None
-        preloaded = None
-        if zyg is not None:  # the server builds the class's cases and references once, for its seed
-            public = "1" if "--public-only" in extra else "0"
-            preloaded = Preloaded({**zyg.env(), SEED_ENV: str(seed), _PUBLIC_ONLY_ENV: public})
+        # The server also builds the class's cases and their references, once for every grading.
+        preloaded = (Preloaded(zyg.env(), seed=seed, public_only="--public-only" in extra)
+                     if zyg is not None else None)
         if zyg is not None:
             zyg.wait_ready()  # both import torch meanwhile
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
