@@ -18,7 +18,7 @@ import yaml
 
 from attnmask import CONTRACT
 from grader.__main__ import SUBCOMMANDS
-from grader.runners import classroom, github
+from grader.runners import classroom, github, repos
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENT = REPO / "classroom" / "github" / ".github" / "workflows" / "classroom.yml"
@@ -102,6 +102,10 @@ def test_every_run_command_refers_to_things_that_exist(path, tmp_path):
                 assert (template / reqs).is_file() and (REPO / reqs).is_file(), reqs
             elif module == "grader" and rest[0] == "class":
                 classroom.build_parser().parse_args(rest[1:])  # valid class-mode arguments
+            elif module == "grader" and rest[0] == "repos" and path == INSTRUCTOR:
+                args = rest[1:]
+                args = args[:next((i for i, w in enumerate(args) if w in (">", "<", ">>")), len(args))]
+                repos.build_parser().parse_args(args)  # valid arguments (listing needs GitHub)
             elif module == "grader" and rest[0] in SUBCOMMANDS:
                 assert rest[0] in ("gh-outputs", "template"), rest  # what a student's workflow may run
             elif module == "grader":

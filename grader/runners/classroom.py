@@ -47,7 +47,16 @@ from .. import seed as seed_mod
 from ..sandbox import allowlist
 from ..sandbox.zygote import Zygote
 from ..seed import SEED_ENV
-from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
+from .classrun import finish, plan_from
+from .classsummary import print_summary
+from .processes import (
+    _PACKAGE_ROOT,
+    Preloaded,
+    kill_running,
+    log_tail,
+    run_limited,
+    single_thread_env,
+)
 from .roster import Student, content_hash, discover, grading_target
 from .scores import (
     _fmt,
@@ -219,8 +228,10 @@ def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,
                 regrade: bool = False, extra: Sequence[str] = (), command: GraderCommand = engine_command,
                 exercises: Sequence[str] | None = None, progress: bool = True,
-                pin: bool = False, preload: bool = True) -> list[Row]:
+                pin: bool = False, preload: bool = True,
+                select: Callable[[list[Student]], list[Student]] | None = None) -> list[Row]:
     """Grade every student of ``submissions`` into ``out``; returns one row per student.
+    ``select``: the students of those found that this run grades (a shard's, :mod:`.classrun`).
 
     With ``pin`` (and no more jobs than cores) each grading runs on a core of its own, so
     ``--jobs N`` uses exactly N cores and leaves the rest of a shared machine alone. Not the
@@ -238,15 +249,17 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
         out.chmod(0o700)  # a folder from an earlier run may be open to everyone
         return _grade_class(submissions, out, jobs=jobs, seed=seed, timeout=timeout, regrade=regrade,
                             extra=extra, command=command, exercises=exercises, progress=progress, pin=pin,
-                            preload=preload)
+                            preload=preload, select=select)
     finally:
         os.umask(umask)
 
 
 def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float, regrade: bool,
                  extra: Sequence[str], command: GraderCommand, exercises: Sequence[str], progress: bool,
-                 pin: bool, preload: bool) -> list[Row]:
+                 pin: bool, preload: bool,
+                 select: Callable[[list[Student]], list[Student]] | None) -> list[Row]:
     students, ignored = discover(submissions, out)
+    students = select(students) if select is not None else students
     if ignored:
         names = ", ".join(p.name for p in ignored[:5]) + (" …" if len(ignored) > 5 else "")
         print(f"note: ignored {len(ignored)} entries that are neither folders nor .ipynb/.py files: {names}",
@@ -280,7 +293,9 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
             zyg = Zygote() if preload and command is engine_command and todo else None
         except allowlist.Unavailable as e:  # no student code runs outside the sandbox
             raise SystemExit(f"grader: {allowlist.refusal(str(e))}") from None
-        preloaded = Preloaded(zyg.env()) if zyg is not None else None
+        # The server also builds the class's cases and their references, once for every grading.
+        preloaded = (Preloaded(zyg.env(), seed=seed, public_only="--public-only" in extra)
+                     if zyg is not None else None)
         if zyg is not None and not zyg.wait_ready():  # both import torch meanwhile
             preloaded.close()
             zyg.close()
@@ -337,43 +352,6 @@ def _core_pool(jobs: int) -> queue.Queue | None:
     return q
 
 
-def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: int) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    if not console.is_terminal:  # a log file or a pipe: room for the whole table
-        console = Console(width=110)
-    totals = [r.total for r in rows]
-    maxes = [r.max for r in rows if r.max is not None]
-    top = statistics.mode(maxes) if maxes else None
-    failures = [r for r in rows if r.status != "graded"]
-    skipped = sum(r.skipped for r in rows)
-
-    def pts(x: float) -> str:
-        return f"{x:.1f}" + (f"/{_fmt(top)}" if top else "")
-
-    t = Table(title="Class grading summary")
-    for col in ("students", "graded", "unchanged", "mean", "median", "full marks", "zero", "failures"):
-        t.add_column(col, justify="right")
-    full = sum(1 for r in rows if r.max and r.total >= r.max)
-    zero = sum(1 for r in rows if r.total == 0)
-    t.add_row(str(len(rows)), str(len(rows) - skipped), str(skipped),
-              pts(statistics.fmean(totals)) if totals else "-",
-              pts(statistics.median(totals)) if totals else "-",
-              str(full), str(zero), str(len(failures)))
-    console.print(t)
-    if failures:
-        f = Table(title="Submissions that could not be graded")
-        for col in ("student", "status", "why"):
-            f.add_column(col, overflow="fold")
-        for r in failures:
-            f.add_row(r.student, r.status, r.message)
-        console.print(f)
-    console.print(f"seed {seed} (reproduce with GRADER_SEED={seed}) · {jobs} workers · {wall:.1f} s wall · "
-                  f"grades: {out / 'grades.csv'}")
-
-
 def last_run_seed(out: Path) -> tuple[int, str] | None:
     """The seed of the last class run into ``out`` and where it was read, if any: class
     mode's fallback after --seed and $GRADER_SEED (:func:`grader.seed.resolve`)."""
@@ -413,6 +391,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "of forking them from processes that have imported torch already (slower; for "
                         "comparison)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--shard", metavar="i/N", help="grade only shard i of N (0 <= i < N; default: from Slurm, "
+                   "Kubernetes or $GRADER_SHARD, else the whole class); merge with `python -m grader merge`")
+    p.add_argument("--roster", type=Path, help="roster CSV: every student on it gets a row, 'missing' "
+                   "included (ours: id,name[,folder,extension_days,due,submitted]; GitHub Classroom's and "
+                   "Gradescope's as downloaded)")
+    p.add_argument("--due", help="due date, ISO 8601 (e.g. 2026-12-01T23:59:00+01:00)")
+    p.add_argument("--late-policy", default="none", help="none, P/day or P/day,cap=C: percent of the maximum "
+                   "off per started day late (default none)")
+    p.add_argument("--no-report", action="store_true", help="no class-report.html / class-report.md")
     return p
 
 
@@ -434,10 +421,17 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
         extra.append("--public-only")
     if args.exercise_timeout is not None:
         extra += ["--timeout", f"{args.exercise_timeout:g}"]
+    plan = plan_from(shard=args.shard, roster=args.roster, due=args.due, late_policy=args.late_policy,
+                     report=not args.no_report)
+    if plan.shard is not None:
+        print(f"shard {plan.shard} ({plan.shard_origin})", file=sys.stderr)
     t0 = time.perf_counter()
     rows = grade_class(args.submissions, out, jobs=args.jobs, seed=seed, timeout=args.timeout,
                        regrade=args.regrade, extra=extra, command=command, exercises=exercises,
                        progress=not args.no_progress, pin=args.pin,
-                       preload=not args.no_preload)
-    print_summary(rows, seed=seed, out=out, wall=time.perf_counter() - t0, jobs=args.jobs)
+                       preload=not args.no_preload, select=plan.select)
+    wall = time.perf_counter() - t0
+    finish(out, plan, rows, fingerprint=grader_fingerprint(), seed=seed, wall=wall, extra=extra,
+           exercises=tuple(exercises) if exercises is not None else contract_exercises())
+    print_summary(rows, seed=seed, out=out, wall=wall, jobs=args.jobs)
     return 0
