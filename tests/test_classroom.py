@@ -149,7 +149,8 @@ def test_mixed_class_every_row_present_and_says_why(tmp_path, fake, capsys):
     assert sorted(rows) == ["alice", "bob", "carol", "dave", "erin", "frank", "grace"]
     with open(out / "grades.csv", newline="") as fh:
         header = next(csv.reader(fh))
-    assert header == ["student", *EXERCISES, "total", "max", "status", "message"]
+    assert header == ["student", *EXERCISES, "total", "max", "status", "isolation", "message"]
+    assert rows["frank"]["isolation"] == ""  # nothing ran (the fake grader writes no isolation block)
 
     assert rows["alice"]["status"] == "graded" and rows["alice"]["total"] == "30"
     assert rows["alice"]["message"] == "full marks"

@@ -114,6 +114,7 @@ def test_class_mode_and_its_regrade_leave_the_seeker_nothing(tmp_path, preload):
         rows = grade_class(subs, out, jobs=2, seed=SEED, progress=False, preload=preload, regrade=regrade,
                            extra=["--exercise", "causal_mask"])
         assert {r.slug: r.status for r in rows}.keys() == {"seeker", "honest"}
+        assert {r.slug: r.isolation for r in rows} == {"seeker": "held", "honest": "held"}  # as measured
         results = json.loads((out / "seeker" / "results.json").read_text())
         seen = _seeker_output((out / "seeker" / "grader.log").read_text())
         assert not [f for f in FOUND if f in seen], seen[:2000]

@@ -62,6 +62,7 @@ from .scores import (
     _fmt,
     contract_exercises,
     failure_results,
+    isolation,
     max_score,
     per_exercise,
     read_results,
@@ -117,6 +118,7 @@ class Row:
     scores: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: bool = False  # unchanged since the last run: not regraded
+    isolation: str = ""  # "held", "NOT HELD: why", or "" (see scores.isolation)
 
 
 def grade_student(student: Student, out: Path, *, seed: int, timeout: float, extra: Sequence[str],
@@ -176,7 +178,7 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     status = "graded" if results.get("tests") else "not graded"
     return Row(student.name, student.slug, status, summarize(results, exercises),
                total=total_score(results), max=max_score(results), scores=per_exercise(results, exercises),
-               seconds=res.seconds)
+               seconds=res.seconds, isolation=isolation(results))
 
 
 class Manifest:
@@ -213,16 +215,16 @@ class Manifest:
 
 
 def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
-    """grades.csv: student, one column per contract exercise, total, max, status, message.
+    """grades.csv: student, one column per contract exercise, total, max, status, isolation, message.
     Rows with no max of their own (failures) get the class's max, so totals compare."""
     maxes = [r.max for r in rows if r.max is not None]
     class_max = statistics.mode(maxes) if maxes else None
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["student", *exercises, "total", "max", "status", "message"])
+        w.writerow(["student", *exercises, "total", "max", "status", "isolation", "message"])
         for r in rows:
             w.writerow([r.student, *(_fmt(r.scores.get(e, 0.0)) for e in exercises), _fmt(r.total),
-                        _fmt(r.max if r.max is not None else class_max), r.status, r.message])
+                        _fmt(r.max if r.max is not None else class_max), r.status, r.isolation, r.message])
 
 
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,

@@ -133,7 +133,7 @@ def rows_for(plan: Plan, graded: Sequence[dict[str, Any]]) -> list[dict[str, Any
 def write_grades(rows: Sequence[dict[str, Any]], path: Path, exercises: Sequence[str], *, late: bool,
                  roster: bool) -> None:
     """grades.csv. Without a roster or a due date: student, one column per exercise, total,
-    max, status, message. With them, also the roster's id and name, and ``raw`` (the
+    max, status, isolation, message. With them, also the roster's id and name, and ``raw`` (the
     grader's score), ``penalty`` (the late policy's) and ``final`` in place of total."""
     maxes = [r["max"] for r in rows if r.get("max") is not None]
     class_max = statistics.mode(maxes) if maxes else None
@@ -141,13 +141,13 @@ def write_grades(rows: Sequence[dict[str, Any]], path: Path, exercises: Sequence
     score = ["raw", "penalty", "final", "max", "days_late", "submitted", "due"] if late else ["total", "max"]
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow([*who, *exercises, *score, "status", "message"])
+        w.writerow([*who, *exercises, *score, "status", "isolation", "message"])
         for r in rows:
             top = _fmt(r["max"] if r.get("max") is not None else class_max)
             points = ([_fmt(r["raw"]), _fmt(r["penalty"]), _fmt(r["total"]), top, _fmt(r["days_late"]),
                        r["submitted"], r["due"]] if late else [_fmt(r["total"]), top])
             w.writerow([*(r.get(k, "") for k in who), *(_fmt(r["scores"].get(e, 0.0)) for e in exercises),
-                        *points, r["status"], r["message"]])
+                        *points, r["status"], r.get("isolation", ""), r["message"]])
 
 
 def write_outputs(out: Path, record: dict[str, Any], *, report: bool = True) -> None:

@@ -21,6 +21,7 @@ def print_summary(rows: Sequence[Any], *, seed: int, out: Path, wall: float, job
     maxes = [r.max for r in rows if r.max is not None]
     top = statistics.mode(maxes) if maxes else None
     failures = [r for r in rows if r.status != "graded"]
+    unconfined = [r for r in rows if getattr(r, "isolation", "").startswith("NOT HELD")]
     skipped = sum(r.skipped for r in rows)
 
     def pts(x: float) -> str:
@@ -43,6 +44,13 @@ def print_summary(rows: Sequence[Any], *, seed: int, out: Path, wall: float, job
         for r in failures:
             f.add_row(r.student, r.status, r.message)
         console.print(f)
+    graded = [r for r in rows if r.status == "graded"]
+    if unconfined:
+        console.print(f"[bold red]isolation did not hold for {len(unconfined)} of {len(graded)} graded "
+                      f"students[/bold red] (grades.csv, column isolation): {unconfined[0].isolation}")
+    else:
+        console.print(f"isolation held for every graded student ({len(graded)}): bubblewrap, as each worker "
+                      "measured it")
     console.print(f"seed {seed} (reproduce with GRADER_SEED={seed}) · {jobs} workers · {wall:.1f} s wall · "
                   f"grades: {out / 'grades.csv'}")
 

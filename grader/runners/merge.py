@@ -24,7 +24,7 @@ from typing import Any
 
 from . import shards
 from .classrun import write_outputs
-from .scores import max_score, per_exercise, read_results, total_score
+from .scores import isolation, max_score, per_exercise, read_results, total_score
 
 #: What every shard of one class must agree on, with the words for a refusal.
 AGREE = (("grader", "grader version (its sources' fingerprint)"), ("exercises", "exercise list"),
@@ -96,7 +96,8 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
                            message=f"the shard {d} has no readable results.json for this student")
             elif results is not None:
                 penalty = float(row.get("penalty", 0.0) or 0.0)
-                row.update(scores=per_exercise(results, exercises), max=max_score(results))
+                row.update(scores=per_exercise(results, exercises), max=max_score(results),
+                           isolation=isolation(results))
                 row["total"] = round(total_score(results) - penalty, 2)
                 if "raw" in row:
                     row["raw"] = total_score(results)
