@@ -43,11 +43,25 @@ from .real_models import (
     packed_labels,
     packed_position_ids,
 )
+from .serving import (
+    PagedKVCache,
+    RollingKVCache,
+    decoder_logits,
+    image_blocks,
+    image_text_mask,
+    paged_attention,
+    rolling_cache_mask,
+    rolling_slot_positions,
+    tree_ancestors,
+    tree_mask,
+    tree_positions,
+)
 from .softmax import masked_softmax
+from .tiled import tiled_attention
 
 __version__ = "0.1.0"
 
-#: The seventeen functions of the exercise contract, in chapter order.
+#: The functions of the exercise contract, in chapter order.
 CONTRACT = (
     "causal_mask",
     "influence_matrix",
@@ -62,10 +76,15 @@ CONTRACT = (
     "sliding_window_mask",
     "prefix_lm_mask",
     "document_mask",
+    "tiled_attention",
     "left_padding_position_ids",
     "packed_labels",
     "gqa_attention",
     "alibi_bias",
+    "image_text_mask",
+    "rolling_cache_mask",
+    "paged_attention",
+    "tree_mask",
 )
 
 __all__ = [
@@ -73,7 +92,9 @@ __all__ = [
     "KVCache",
     "ModelConfig",
     "MultiHeadAttention",
+    "PagedKVCache",
     "Plan",
+    "RollingKVCache",
     "TinyDecoder",
     "TinyEncoderDecoder",
     "alibi_bias",
@@ -86,12 +107,15 @@ __all__ = [
     "causal",
     "causal_mask",
     "combine_masks",
+    "decoder_logits",
     "decoder_mask",
     "document",
     "document_mask",
     "encoder_decoder_masks",
     "generate_left_padded",
     "gqa_attention",
+    "image_blocks",
+    "image_text_mask",
     "influence_matrix",
     "key_padding",
     "kind_of",
@@ -104,10 +128,17 @@ __all__ = [
     "packed_labels",
     "packed_position_ids",
     "padding_mask",
+    "paged_attention",
     "prefix_lm",
     "prefix_lm_mask",
+    "rolling_cache_mask",
+    "rolling_slot_positions",
     "sliding_window",
     "sliding_window_mask",
     "to_additive",
+    "tiled_attention",
     "train_steps",
+    "tree_ancestors",
+    "tree_mask",
+    "tree_positions",
 ]

@@ -2,6 +2,8 @@
 
     python -m grader SUBMISSION [...]        grade one submission      (grader.runners.cli)
     python -m grader class SUBMISSIONS OUT   grade a class             (grader.runners.classroom)
+    python -m grader merge OUT... --out DIR  merge a sharded class    (grader.runners.merge)
+    python -m grader repos list ORG PREFIX   an assignment's repositories, all of them  (grader.runners.repos)
     python -m grader release [--check]       write exercises/ from solutions/  (grader.runners.release)
     python -m grader gradescope build DIR    the Gradescope bundle     (grader.runners.gradescope)
     python -m grader template DEST           GitHub Classroom's template repository (grader.runners.github)
@@ -14,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS = ("class", "release", "gradescope", "template", "gh-outputs")
+SUBCOMMANDS = ("class", "merge", "repos", "release", "gradescope", "template", "gh-outputs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = (argv[0], argv[1:]) if argv else ("", [])
     if name == "class":
         from .runners.classroom import main as run
+    elif name == "merge":
+        from .runners.merge import main as run
+    elif name == "repos":
+        from .runners.repos import main as run
     elif name == "release":
         from .runners.release import main as run
     elif name == "gradescope":

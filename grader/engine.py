@@ -10,14 +10,12 @@ The parent process never imports student code. It starts a worker at once
 the cells and the calls, and judges each check's outcomes as they arrive with
 the checks' own judges, which compute the reference with ``attnmask``.
 
-Student code cannot change a grade by editing files: as root, the worker runs
-as an unprivileged user (:mod:`grader.sandbox`), and in any case the grader's
-files are checked after every exercise and at the end, and restored
-(:mod:`grader.sandbox.integrity`). A submission that changed them scores 0 on every
-exercise, and the report names what changed and asks the student to see the
-instructor. (Every exercise, not just those after the change: when the parent
-notices a change depends on how far its judging lags behind the worker, so any
-finer rule would give different scores on different runs.)
+Student code runs inside bubblewrap (:mod:`grader.sandbox.allowlist`), in
+namespaces of its own: it sees no file of the course, the grader's results or
+other students, and nothing it leaves behind outlives its grading. Where that
+sandbox cannot be made the grading stops before any student code runs, unless a
+user who is not root asked to run their own code without it (``unconfined``);
+the report's isolation block says which, as the worker measured it.
 """
 
 from __future__ import annotations
@@ -38,22 +36,16 @@ from .results import (
     NOT_FOUND,
     NOT_IMPLEMENTED,
     NOT_IMPLEMENTED_MESSAGE,
-    SKIPPED,
     TIMED_OUT,
     ExerciseResult,
     Report,
 )
-from .sandbox import confine, integrity
-from .sandbox.limits import TIME_LIMIT, Limits, note
-from .sandbox.supervisor import Worker, output_tail
-from .sandbox.users import User, claim_user, isolation
+from .sandbox import allowlist, namespaces, zygote
+from .sandbox.limits import TIME_LIMIT, Limits
 from .verdicts import all_not_implemented, check_result, judge
 
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT = 10.0
-VOID_CHECK = "not counted: the submission modified the grader's files"
-TAMPERED = ("not counted: the submission modified the grader's files (see the notes); a submission that "
-            "does scores 0 on every exercise -- ask your instructor")
 
 
 def load_registry() -> Mapping[str, Any]:
@@ -150,56 +142,17 @@ class _Grading:
     """The sandbox's handler: turns worker events into verdicts."""
 
     def __init__(self, states: list[_Exercise], src: submission.Source, limits: Limits, report: Report,
-                 progress: Callable[[ExerciseResult, int], None] | None,
-                 guard: integrity.Guard | None = None, user: User | None = None):
+                 progress: Callable[[ExerciseResult, int], None] | None):
         self.states, self.src, self.limits, self.report = states, src, limits, report
         self.progress = progress
         self.found: set[int] | None = None
         self.loaded_ok = False  # the submission's cells ran to the end
-        self.guard, self.user = guard, user
-        self.tampered: list[integrity.Change] = []  # what the submission changed (and we restored)
-        self.voided: set[int] = set()  # exercises scored 0 for it
-        self.foreign: list[integrity.Change] = []  # changed during grading, by someone else
-
-    def verify(self) -> None:
-        """Check the grader's files now; restore what the submission changed."""
-        if self.guard is None:
-            return
-        restored, foreign = self.guard.verify(self.user.writer if self.user else None)
-        self.tampered += [c for c in restored if c not in self.tampered]
-        self.foreign += [c for c in foreign if c not in self.foreign]
 
     def _emit(self, st: _Exercise) -> None:
         if not st.final:
-            self.verify()
             st.finish()
-            if self.tampered:
-                self._void(st)
             if self.progress:
                 self.progress(st.result, len(self.states))
-
-    def _void(self, st: _Exercise) -> None:
-        r = st.result
-        if st.index in self.voided or r.status in (NOT_FOUND, GRADER_ERROR, SKIPPED):
-            return
-        self.voided.add(st.index)
-        for c in r.checks:
-            if not c.skipped:
-                c.passed, c.message, c.detail = False, VOID_CHECK, ""
-        r.finish()
-        r.message = TAMPERED
-
-    def settle(self) -> str | None:
-        """The last check, once nothing of the submission's runs any more; a note for the report."""
-        self.verify()
-        if not self.tampered:
-            return None
-        for st in self.states:
-            if st.final:
-                self._void(st)
-        shown = ", ".join(map(str, self.tampered[:4])) + (", ..." if len(self.tampered) > 4 else "")
-        return (f"the submission modified the grader's files ({shown}); they were restored, and a submission "
-                "that modifies them scores 0 on every exercise -- ask your instructor")
 
     def loaded(self, data: Any) -> None:
         if not isinstance(data, dict) or not isinstance(data.get("found"), dict):
@@ -295,6 +248,7 @@ def grade(
     registry: Mapping[str, Any] | None = None,
     progress: Callable[[ExerciseResult, int], None] | None = None,
     hide: Iterable[str | os.PathLike] = (),
+    unconfined: bool = False,
 ) -> Report:
     """Grade the submission at ``path`` and return a :class:`~grader.results.Report`.
 
@@ -310,8 +264,10 @@ def grade(
         registry: ``{name: Exercise}`` to grade against (default ``grader.checks.EXERCISES``).
         progress: called with each exercise's result as soon as it is final, and
             the number of exercises being graded.
-        hide: more paths student code must not see (besides the course, the
-            grader and the submission itself): other submissions, report files.
+        hide: more paths the worker must prove it cannot see (besides the course,
+            the grader and the submission itself): other submissions, report files.
+        unconfined: run student code without the sandbox where it cannot be made
+            (refused as root): for a student checking their own work.
 
     Never raises for anything in the submission: unreadable files, code that
     crashes, hangs or cheats all end up as messages in the report.
@@ -324,11 +280,13 @@ def grade(
     except submission.SubmissionError as e:
         src, report.error, report.usage_error = None, str(e), True
     tmp = Path(tempfile.mkdtemp(prefix="grader-"))
-    guard = user = grading = None
+    grading = server = None
+    confined = True
     if src is not None and src.runnable:
-        guard, user = _protect()
-    # Start the worker before our own heavy imports: it imports torch meanwhile.
-    worker = Worker(tmp, user=user) if src is not None and src.runnable else None
+        # Start the zygote before our own heavy imports: it imports torch meanwhile.
+        server, confined, refused = zygote.for_grading(unconfined)
+        if refused is not None:
+            src, report.error, report.internal_error = None, refused, True
     try:
         try:
             registry = load_registry() if registry is None else registry
@@ -348,17 +306,13 @@ def grade(
             return report
         _note_source_problems(src, report)
         _scan_rules(src, states)
-        grading = _Grading(states, src, limits, report, progress, guard, user)
-        if worker is None:
+        grading = _Grading(states, src, limits, report, progress)
+        if server is None:
             grading.loaded({"found": {}, "errors": []})
         else:
-            private = confine.private_paths([path, *hide])
-            _run(src, states, limits, grading, tmp, worker, user, private)
-            worker = None
-            report.isolation = isolation(user)
-            if user is not None:
-                user.release()  # nothing of the submission's may still be running when we check
-                user = None
+            secrets = secret_paths([path, *hide])
+            measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
+            report.isolation = namespaces.isolation(confined, measured)
         for st in states:
             grading._emit(st)
         if grading.loaded_ok and not grading.found and src.cells:
@@ -367,43 +321,23 @@ def grade(
         report.output = _printed(tmp)
         return report
     finally:
-        if worker is not None:
-            worker.stop()
-        if user is not None:
-            user.release()
-        if grading is None and guard is not None:
-            grading = _Grading([], src, limits, report, None, guard)
-        if grading is not None:
-            _settle(grading, report)
+        if isinstance(server, zygote.Zygote):
+            server.close()
         shutil.rmtree(tmp, ignore_errors=True)
         report.execution_time = time.perf_counter() - t0
 
 
-def _protect() -> tuple[integrity.Guard | None, User | None]:
-    """The snapshot of the grader's files and the worker's user, taken before any student code runs.
-
-    Neither may stop grading: if one cannot be had, the grader says so on stderr and goes on without it.
-    """
-    guard = user = None
-    try:
-        guard = integrity.Guard.for_grader()
-    except Exception as e:  # noqa: BLE001
-        note(f"the grader's files could not be snapshot ({type(e).__name__}: {e}); they are not checked")
-    try:
-        user = claim_user()
-    except Exception as e:  # noqa: BLE001
-        note(f"no unprivileged user for the worker ({type(e).__name__}: {e}); it runs as the grader")
-    return guard, user
-
-
-def _settle(grading: _Grading, report: Report) -> None:
-    """The last check of the grader's files, once nothing of the submission's runs any more."""
-    tampered = grading.settle()
-    if tampered:
-        report.notes.append(tampered)
-    if grading.foreign:
-        note("the grader's files changed during grading, but not by the submission (it could not write "
-             f"them): {', '.join(map(str, grading.foreign))}; left as they are")
+def secret_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """Paths a worker must not see, which it counts from inside (see
+    :func:`grader.sandbox.namespaces.measure`): the course checkout, the ``grader`` and
+    ``attnmask`` packages, and ``extra`` (the submission, other submissions, report files)."""
+    root = Path(__file__).resolve().parents[1]
+    found = [root, allowlist.package_dir("attnmask"), allowlist.package_dir("grader"), *map(Path, extra)]
+    out = []
+    for p in found:
+        if p is not None and str(p.resolve()) not in out and p.resolve() != Path("/"):
+            out.append(str(p.resolve()))
+    return out
 
 
 def _note_source_problems(src: submission.Source, report: Report) -> None:
@@ -426,7 +360,7 @@ def _scan_rules(src: submission.Source, states: list[_Exercise]) -> None:
                 st.findings.append(finding)
 
 
-def _run(src, states, limits, grading, tmp, worker, user, private: list[str]) -> None:
+def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: list[str]) -> dict[str, str]:
     from .sandbox import supervisor
     from .sandbox.worker import CheckJob, Job
 
@@ -436,15 +370,17 @@ def _run(src, states, limits, grading, tmp, worker, user, private: list[str]) ->
             st = states[i]
             checks = [CheckJob(ci, st.checks[ci].calls, bool(st.checks[ci].want_grads)) for ci in st.runnable]
             exercises.append((i, st.exercise.name, checks))
-        return Job(cells=src.cells, exercises=exercises, out_dir=str(tmp / "out"),
+        return Job(cells=src.cells, exercises=exercises, out_dir="",
                    cell_budget=limits.cell_budget, exercise_budget=limits.timeout,
                    memory_bytes=None if limits.memory_mb is None else limits.memory_mb * 2**20,
-                   helpers=src.helpers, hide=private)
+                   helpers=src.helpers, secrets=secrets)
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
-    supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, worker=worker, user=user,
-                   cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
+    return supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, server, confined,
+                          cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
 
 
 def _printed(tmp: Path) -> str:
+    from .sandbox.supervisor import output_tail
+
     return output_tail(tmp).replace(str(tmp), "<tmp>")

@@ -77,6 +77,22 @@ MISTAKES: dict[str, str] = {
     "doc_contiguous": "documents are assumed to be contiguous runs: equal ids mean the same document even "
                       "when another document sits between them. Compare ids directly: "
                       "doc_ids[:, :, None] == doc_ids[:, None, :].",
+    "no_rescale": "the running sums are not rescaled when the running max grows: before adding a tile's "
+                  "terms, multiply the running sum l and the running output acc by exp(m_old - m_new), "
+                  "so that everything summed so far is relative to the new max.",
+    "tile_nan": "NaN appears in rows that have allowed keys: a tile in which every key of a row is blocked "
+                "leaves that row's max at -inf, and exp(-inf - (-inf)) is NaN. Subtract 0 instead of the "
+                "max where the max is -inf (torch.where(torch.isfinite(m_new), m_new, 0)).",
+    "last_tile": "the last key tile is wrong when tile does not divide Lk: it must hold the Lk % tile keys "
+                 "left over. Loop c over range(0, Lk, tile) and slice keys c:c + tile (slicing stops at Lk); "
+                 "if you pad k and v instead, block the padded keys.",
+    "full_scores": "the whole score matrix is built: one floating tensor has Lq·Lk or more entries. Compute "
+                   "the scores of one key tile at a time, q @ k[..., c:c + tile, :].mT of shape "
+                   "(B, H, Lq, tile), and keep only the running max, sum and output from tile to tile "
+                   "(no float copy of the whole mask either).",
+    "tile_not_skipped": "a key tile whose mask is all False is still read: its keys and values reach the "
+                        "output (here they hold NaN, as an uninitialised cache may). Skip such a tile "
+                        "before touching k and v: if not mask_tile.any(): continue.",
     "not_vectorised": "the code reads tensor values back into Python or onto the CPU (.item(), .tolist(), "
                       "int(t), .cpu(), or a loop or slice over a tensor). Build the mask with vectorised "
                       "comparisons, e.g. torch.arange(L, device=lengths.device) < lengths[:, None]: it then "

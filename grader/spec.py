@@ -34,11 +34,13 @@ class FnSpec:
 @dataclass
 class Call:
     """One call ``fn(*args, **kwargs)``; tensors in args go to ``device`` first
-    (``"cpu"``, ``"cuda"`` or ``"meta"``)."""
+    (``"cpu"``, ``"cuda"`` or ``"meta"``). With ``allocations``, the call also
+    records the largest floating tensor it creates (:attr:`Outcome.largest`)."""
 
     args: tuple
     kwargs: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
+    allocations: bool = False
 
 
 @dataclass
@@ -60,6 +62,9 @@ class Outcome:
     grads: Any = None  # gradients of sum(outputs) w.r.t. float args, when requested
     seconds: float = 0.0
     where: str | None = None  # with error: the innermost line of the student's code, "line 3 of cell 4 of x"
+    #: with ``Call.allocations``: the shape of the largest floating tensor an operation created
+    #: during the call (views and in-place results excluded); () when it created none
+    largest: tuple[int, ...] | None = None
 
 
 @dataclass

@@ -21,6 +21,7 @@ prints:
 * the machine's load average before and after, since the machine may be shared.
 
 Usage: python scripts/bench_classroom.py [--n 16] [--jobs 2] [--repeats 2] [--seed 0] [--keep DIR]
+       python scripts/bench_classroom.py --slope   (marginal cost per student, 16 -> 128 students)
 """
 
 from __future__ import annotations
@@ -136,6 +137,35 @@ def grade(subs: Path, out: Path, jobs: int, seed: int, flags: tuple[str, ...]) -
 Config = tuple[int, tuple[str, ...]]  # (jobs, extra class-mode flags)
 
 
+def marginal_cost(root: Path, *, small: int, large: int, jobs: int, repeats: int, seed: int) -> int:
+    """``--slope``: what one more student costs, the slope of class mode's wall time between
+    a class of ``small`` and one of ``large`` (class mode's defaults, class report included),
+    the two runs interleaved ``repeats`` times and compared by their medians, so that a fixed
+    start-up cost and a colleague's burst of load both drop out."""
+    big = build_class(root / "large", large)
+    little = root / "small" / "submissions"
+    for i in range(small):
+        shutil.copytree(big / f"student{i:02d}", little / f"student{i:02d}")
+    load0 = os.getloadavg()
+    runs: dict[int, list[tuple[float, float]]] = {small: [], large: []}
+    for _ in range(repeats):
+        for n, subs in ((small, little), (large, big)):
+            runs[n].append(grade(subs, root / f"out-{n}", jobs, seed, ()))
+    load1 = os.getloadavg()
+    wall = {n: statistics.median(w for w, _ in rs) for n, rs in runs.items()}
+    cpu = {n: statistics.median(c for _, c in rs) for n, rs in runs.items()}
+    slope, cpu_slope = ((d[large] - d[small]) / (large - small) for d in (wall, cpu))
+    print(f"machine: {os.cpu_count()} cores; load average (1 min) before {load0[0]:.2f}, "
+          f"after {load1[0]:.2f}")
+    for n in (small, large):
+        print(f"class of {n:>4}, jobs={jobs}: wall median {wall[n]:6.1f} s (runs: "
+              f"{', '.join(f'{w:.1f}' for w, _ in runs[n])}), CPU median {cpu[n]:6.1f} s")
+    goal = "met" if slope <= 0.25 else "not met"
+    print(f"marginal cost per student (slope {small} -> {large}): {slope:.3f} s wall, {cpu_slope:.3f} CPU-s; "
+          f"goal <= 0.25 s on 2 cores: {goal}; 1,000 students: about {1000 * slope / 60:.1f} min")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=16, help="submissions (default 16)")
@@ -143,7 +173,13 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=2, help="runs of each setting, alternated (default 2)")
     p.add_argument("--keep", type=Path, help="build the class here and keep it (default: a temp folder)")
+    p.add_argument("--slope", action="store_true",
+                   help="only the marginal cost per student: the slope between a class of 16 and of 128")
     args = p.parse_args()
+    if args.slope:
+        with tempfile.TemporaryDirectory(prefix="bench-slope-") as tmp:
+            return marginal_cost(Path(tmp), small=16, large=128, jobs=args.jobs, repeats=max(args.repeats, 3),
+                                 seed=args.seed)
     J = args.jobs
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-classroom-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -125,12 +125,12 @@ def test_build_is_offline_and_self_contained(site):
 def test_chapters_link_their_exercise_notebook(site):
     """Chapter NN links exercises/exNN_*.ipynb, and the link works in the built site."""
     for entry in pages():
-        m = re.match(r"0([1-79])_", entry)  # chapter 8 has no exercise
+        m = re.match(r"(0[1-9]|1\d)_", entry)  # every chapter has an exercise notebook
         if not m:
             continue
         html = (site / f"{entry}.html").read_text()
-        links = re.findall(rf'href="(_downloads/[^"]+/ex0{m.group(1)}_[^"]+\.ipynb)"', html)
-        assert links, f"{entry}.html does not link its exercise notebook exercises/ex0{m.group(1)}_*.ipynb"
+        links = re.findall(rf'href="(_downloads/[^"]+/ex{m.group(1)}_[^"]+\.ipynb)"', html)
+        assert links, f"{entry}.html does not link its exercise notebook exercises/ex{m.group(1)}_*.ipynb"
         for link in set(links):
             target = site / link
             assert target.exists(), f"{entry}.html links {link}, which is not in the built site"
@@ -165,6 +165,13 @@ function next(i) {
         title: doc.title,
         h1: h1 ? h1.textContent : null,
         images: imgs.map(im => [im.getAttribute("src"), im.naturalWidth, im.naturalHeight]),
+        alts: imgs.map(im => [im.getAttribute("src"), im.getAttribute("alt") || ""]),
+        // code or output blocks wider than their column, which would scroll sideways
+        wide_blocks: Array.from(doc.querySelectorAll("pre"))
+          .filter(e => e.scrollWidth > e.clientWidth + 1)
+          .map(e => e.textContent.split("\\n")[0].slice(0, 60)),
+        search_boxes: Array.from(doc.querySelectorAll(".search-button-field, .search-button"))
+          .filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; }).length,
         error_nodes: doc.querySelectorAll(
           ".traceback, .output.error, .output.stderr, .system-message, .problematic").length,
         traceback: doc.body.innerText.includes("Traceback (most recent call last)"),
@@ -217,6 +224,34 @@ def test_page_renders_title_figures_and_no_errors(entry, rendered, site):
         path = site / src
         assert path.stat().st_size > 1000, f"{src} is suspiciously small"
         png_size(path)
+
+
+@pytest.mark.parametrize("entry", pages())
+def test_page_fits_1280_px_with_one_search_box(entry, rendered):
+    """At 1280 px no code or output block scrolls sideways (book/_static/course.css wraps
+    long lines), and the page shows one search box, not the sidebar's and the top bar's."""
+    page = rendered[entry]
+    assert not page["wide_blocks"], f"{entry}.html has blocks that scroll sideways: {page['wide_blocks']}"
+    assert page["search_boxes"] == 1, f"{entry}.html shows {page['search_boxes']} search boxes"
+
+
+# Chapters whose figures do not carry alt text yet (they are being rewritten); the test
+# below fails when one of them gains it everywhere, so that the entry is removed here.
+ALT_TEXT_PENDING = {"02_softmax", "04_combining", "08_speed", "09_real_models"}
+
+
+@pytest.mark.parametrize("entry", pages())
+def test_figures_have_alt_text(entry, rendered):
+    """Every figure says in words what it shows (cell metadata mystnb.image.alt),
+    instead of the default alt text, its file name."""
+    unnamed = [src for src, alt in rendered[entry]["alts"]
+               if src.startswith("_images/") and (not alt or alt.endswith(src.rsplit("/", 1)[-1]))]
+    if entry in ALT_TEXT_PENDING:
+        assert unnamed or not rendered[entry]["alts"], (
+            f"{entry}.html: every figure has alt text now; remove it from ALT_TEXT_PENDING")
+        return
+    assert not unnamed, (f"{entry}.html: {len(unnamed)} figures have no alt text; give each figure cell "
+                         f"metadata {{\"mystnb\": {{\"image\": {{\"alt\": \"...\"}}}}}}")
 
 
 def test_screenshots_of_every_chapter(site, browser):

@@ -19,7 +19,7 @@ def test_exercises_follow_the_contract_in_chapter_order():
     assert tuple(EXERCISES) == am.CONTRACT
     assert list(POINTS) == list(EXERCISES)
     chapters = [ex.chapter for ex in EXERCISES.values()]
-    assert chapters == sorted(chapters) and set(chapters) == {*range(1, 8), 9}  # chapter 8 has no exercise
+    assert chapters == sorted(chapters) and set(chapters) == {*range(1, 11)}  # every chapter has one
     for name, ex in EXERCISES.items():
         assert ex.name == name and ex.points == POINTS[name] > 0
         assert name in public_summary(name)
@@ -41,7 +41,11 @@ def test_check_names_are_unique_and_public_checks_come_first(name):
 
 def _same(a, b) -> bool:
     if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        if not (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
+            return False
+        if a.dtype.is_floating_point:  # NaN inputs are deliberate (tiled_attention's skipped tiles)
+            return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.5), b.nan_to_num(0.5))
+        return torch.equal(a, b)
     if isinstance(a, FnSpec):
         return isinstance(b, FnSpec) and a.kind == b.kind and _same(a.params, b.params)
     if isinstance(a, dict):
@@ -159,7 +163,8 @@ def test_defaults_are_exercised_on_the_meta_device(name):
 
 
 MASKED = [n for n in EXERCISES if "mask" in _arg_names(n) or "scores" in _arg_names(n)]
-DIFFERENTIABLE = ["masked_softmax", "attention", "multi_head_attention"]  # kv_cache: no row is ever empty
+# kv_cache_attention is left out: none of its rows is ever empty
+DIFFERENTIABLE = ["masked_softmax", "attention", "multi_head_attention", "tiled_attention"]
 
 
 @pytest.mark.parametrize("name", MASKED)

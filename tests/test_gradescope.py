@@ -132,7 +132,8 @@ def test_student_code_cannot_read_the_seed(tmp_path, bundle):
         "    raise ValueError(' | '.join(found)[::-1])\n")
     results, _ = simulate(tmp_path, bundle, {"spy.py": spy.encode()})
     text = json.dumps(results)
-    assert "rorrEnoissimreP" in text, "the spy did not run, or read everything"  # 'PermissionError' reversed
+    # 'PermissionError', 'FileNotFoundError' reversed: inside the sandbox its parent is out of sight
+    assert "rorrEnoissimreP" in text or "rorrEdnuoFtoNeliF" in text, "the spy did not run, or read everything"
     assert str(SEED)[::-1] not in text, "student code read the seed"
     assert (root / "source" / "grader_seed").read_text().strip() == str(SEED), "the seed file is back after"
 
@@ -187,7 +188,8 @@ def test_the_bundle_installs_only_what_grading_needs(bundle):
     names = {line.split("=")[0].split(">")[0].split("<")[0].strip().lower() for line in reqs.splitlines()
              if line.strip() and not line.startswith(("#", "-"))}
     assert "torch" in names and "rich" in names
-    assert not names & {"nbclient", "ipykernel", "nbformat", "pyyaml", "jupyterlab", "jupyter-book", "pytest"}
+    assert not names & {"nbclient", "ipykernel", "nbformat", "pyyaml", "jupyterlab", "jupyter-book", "pytest",
+                        "transformers"}
 
 
 @pytest.mark.slow

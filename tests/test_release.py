@@ -29,7 +29,9 @@ CHAPTERS = {
     "ex05_cross_attention": ("encoder_decoder_masks", "multi_head_attention"),
     "ex06_kv_cache": ("kv_cache_attention",),
     "ex07_beyond_triangle": ("sliding_window_mask", "prefix_lm_mask", "document_mask"),
+    "ex08_speed": ("tiled_attention",),
     "ex09_real_models": ("left_padding_position_ids", "packed_labels", "gqa_attention", "alibi_bias"),
+    "ex10_serving_multimodal": ("image_text_mask", "rolling_cache_mask", "paged_attention", "tree_mask"),
 }
 CONTRACT = [name for names in CHAPTERS.values() for name in names]
 # Names that would be the answer: no exercise function may use them.

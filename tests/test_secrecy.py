@@ -6,9 +6,9 @@ where a course, a class or a report could be (this checkout is as world-readable
 as any clone). It prints what it found, reversed, and answers ``causal_mask``
 with the reference package if it can load it under another name.
 
-Run as root, the grader leaves it nothing, in every mode. Run as the grader's own
-user, it finds both, and the report says plainly what was not protected: that run
-is also the proof that the seeker works.
+The grader runs student code inside bubblewrap, and leaves it nothing, in every
+mode, wherever Python and the virtual environment are installed. Run outside any
+sandbox, the seeker finds both: the proof that it works.
 """
 
 from __future__ import annotations
@@ -31,19 +31,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
 SEED = 918273645512345678  # long enough that no other number on the machine matches it
 FOUND = ("NOITULOS NIGEB #", "(ksam_lasuac fed", str(SEED)[::-1])  # reversed, as the seeker prints them
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="student code runs as another user only under root")
+root_only = sandboxed = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
 
-def _grade(tmp_path: Path, *, privdrop: bool) -> tuple[dict, str]:
-    env = {k: v for k, v in os.environ.items() if k != "GRADER_NO_PRIVDROP"}
+def _grade(tmp_path: Path, python: str = sys.executable) -> tuple[dict, str]:
+    env = dict(os.environ)
     env["GRADER_SEED"] = str(SEED)
     env["COLUMNS"] = "1000"  # the terminal report as one line per paragraph
-    if not privdrop:
-        env["GRADER_NO_PRIVDROP"] = "1"
     out = tmp_path / "results.json"
-    p = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "seeker.py"), "--exercise",
+    p = subprocess.run([python, "-m", "grader", str(SUBMISSIONS / "seeker.py"), "--exercise",
                         "causal_mask", "--json", str(out)],
-                       env=env, capture_output=True, text=True, timeout=300)
+                       env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     return json.loads(out.read_text()), p.stdout
 
@@ -58,7 +56,7 @@ def _seeker_output(text: str) -> str:
 @root_only
 @pytest.mark.slow
 def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
-    results, stdout = _grade(tmp_path, privdrop=True)
+    results, stdout = _grade(tmp_path)
     seen = _seeker_output(stdout)
     assert not [f for f in FOUND if f in seen], seen[:2000]
     assert results["score"] == 0
@@ -69,15 +67,38 @@ def test_a_single_grading_leaves_the_seeker_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_as_the_graders_own_user_the_seeker_finds_both_and_the_report_says_so(tmp_path):
-    results, stdout = _grade(tmp_path, privdrop=False)
-    seen = _seeker_output(stdout)
+def test_outside_any_sandbox_the_seeker_finds_the_seed(tmp_path):
+    """The proof that the seeker works: run in a process of the grader's own, it finds the seed
+    in an ancestor's environment."""
+    code = ("import runpy, sys; sys.argv = ['seeker']; "
+            f"runpy.run_path({str(SUBMISSIONS / 'seeker.py')!r}, run_name='seeker')")
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRADER_SEED": str(SEED)},
+                       capture_output=True, text=True, timeout=280, cwd=tmp_path)
+    seen = _seeker_output(p.stdout)
     assert str(SEED)[::-1] in seen, "the seeker cannot find the seed even where it is readable"
-    assert results["score"] > 0, "the seeker cannot use the reference even where it is readable"
-    isolation = results["extra_data"]["isolation"]
-    assert isolation["seed_protected"] is False and isolation["references_protected"] is False
-    assert "warning: not protected from student code: the seed and the reference answers" in " ".join(
-        stdout.split())
+
+
+@sandboxed
+@pytest.mark.slow
+def test_a_venv_beside_other_folders_shows_the_sandbox_nothing_of_them(tmp_path):
+    """The venv lies at X/venv beside X/other, which holds a seed file and a copy of the course:
+    the sandbox binds the venv alone, never the folder around it."""
+    base = Path(tempfile.mkdtemp(prefix="grader-nt-"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                        str(base / "venv")], check=True, timeout=120)
+        (base / "other").mkdir()
+        (base / "other" / "grader_seed").write_text(f"GRADER_SEED={SEED}\n")
+        shutil.copytree(ROOT / "attnmask", base / "other" / "attnmask",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / "solutions", base / "other" / "solutions")
+        os.chmod(base, 0o755)
+        results, stdout = _grade(tmp_path, python=str(base / "venv" / "bin" / "python"))
+        seen = _seeker_output(stdout)
+        assert not [f for f in FOUND if f in seen], seen[:2000]
+        assert results["score"] == 0 and results["extra_data"]["isolation"]["seed_protected"] is True
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @root_only
@@ -94,6 +115,7 @@ def test_class_mode_and_its_regrade_leave_the_seeker_nothing(tmp_path, preload):
         rows = grade_class(subs, out, jobs=2, seed=SEED, progress=False, preload=preload, regrade=regrade,
                            extra=["--exercise", "causal_mask"])
         assert {r.slug: r.status for r in rows}.keys() == {"seeker", "honest"}
+        assert {r.slug: r.isolation for r in rows} == {"seeker": "held", "honest": "held"}  # as measured
         results = json.loads((out / "seeker" / "results.json").read_text())
         seen = _seeker_output((out / "seeker" / "grader.log").read_text())
         assert not [f for f in FOUND if f in seen], seen[:2000]
@@ -102,34 +124,6 @@ def test_class_mode_and_its_regrade_leave_the_seeker_nothing(tmp_path, preload):
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
     for path in (out / "manifest.json", out / "seeker" / "results.json", out / "seeker" / "grader.log"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-
-
-def test_without_a_mount_namespace_the_report_judges_the_answers_by_their_permissions(tmp_path, monkeypatch):
-    """In a container without CAP_SYS_ADMIN (Gradescope's Docker) student code still runs as
-    a user of its own; the answers are then safe exactly when that user cannot read them."""
-    import socket
-
-    from grader.sandbox import confine, users
-    from grader.sandbox.users import SANDBOX_UIDS, User
-
-    course = Path(tempfile.mkdtemp(prefix="course-"))  # in /tmp: every user can reach it, unlike tmp_path
-    os.chmod(course, 0o755)
-    request_cleanup = lambda: shutil.rmtree(course, ignore_errors=True)  # noqa: E731
-    for name in ("attnmask", "solutions", "grader"):
-        (course / name).mkdir(mode=0o755)
-    monkeypatch.setattr(confine, "private_paths", lambda extra=(): [str(course)])
-    user = User(SANDBOX_UIDS.start, keep_read=False, lock=socket.socket(), hidden=False)
-    os.chmod(course / "attnmask", 0o755)
-    open_to_all = users.isolation(user)
-    assert open_to_all["seed_protected"] and not open_to_all["references_protected"]
-    assert str(course / "attnmask") in open_to_all["why"]
-    os.chmod(course / "attnmask", 0o700)
-    os.chmod(course / "solutions", 0o700)
-    assert users.isolation(user) == {"seed_protected": True, "references_protected": True, "why": ""}
-    user.keep_read = True  # a worker that may read every file protects nothing without the namespace
-    assert users.isolation(user)["references_protected"] is False
-    user.lock.close()
-    request_cleanup()
 
 
 @root_only

@@ -1,12 +1,11 @@
-"""The worker zygote (grader.zygote): workers forked from it look like fresh interpreters,
-see nothing of the grader's side, die with the grading that asked for them, and a
-grading without a zygote still grades."""
+"""The worker zygote (grader.sandbox.zygote) inside bubblewrap: workers forked from it
+look like fresh interpreters, run in namespaces of their own, see nothing of the grader's
+side, and die with the grading that asked for them."""
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -15,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.sandbox import forkserver as zygote
-from grader.sandbox import limits, procs
+from grader.sandbox import allowlist, namespaces, procs, supervisor, zygote
+from grader.sandbox.limits import worker_env
 from grader.sandbox.worker import Job
 from grader.submission import Cell
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_dir(),
-                                reason="the zygote forks; these checks read /proc")
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_dir()
+                                or __import__("shutil").which("bwrap") is None,
+                                reason="the zygote forks inside bubblewrap; these checks read /proc")
 
 # Facts about the process the student's code runs in, printed as JSON by the student's cell
 # (assignments: a submission's top-level expressions are not run).
@@ -36,6 +36,10 @@ _ = print(json.dumps({
     "cwd": os.getcwd(),
     "tempdir": tempfile.gettempdir(),
     "sid_is_pid": os.getsid(0) == os.getpid(),
+    "uid": os.getuid(),
+    "pid": os.getpid(),
+    "visible": [p for p in VISIBLE if os.path.lexists(p)],
+    "top": sorted(os.listdir("/")),
     "hash_seed": hash("attention"),
     "safe_path": bool(getattr(sys.flags, "safe_path", True)),
     "no_user_site": bool(sys.flags.no_user_site),
@@ -43,7 +47,8 @@ _ = print(json.dumps({
     "fds": {f: os.readlink(f"/proc/self/fd/{f}") for f in os.listdir("/proc/self/fd")
             if os.path.exists(f"/proc/self/fd/{f}")},
 }))
-'''.replace("PRIVATE", repr(PRIVATE))
+'''.replace("PRIVATE", repr(PRIVATE)).replace("VISIBLE", repr([
+    str(Path(__file__).resolve().parents[1]), "/run/grader/shared/server.sock", "/run/lock", "/var"]))
 
 
 @pytest.fixture(scope="module")
@@ -54,24 +59,25 @@ def zyg():
     z.close()
 
 
-def _spawn(z: zygote.Zygote, tmp: Path, cells: list[Cell], monkeypatch) -> tuple[zygote.Forked, int, Path]:
-    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(z.socket))
-    work, out = tmp / "work", tmp / "out"
-    work.mkdir()
-    out.mkdir()
-    stdout = open(tmp / "stdout.txt", "wb")  # noqa: SIM115
-    stderr = open(tmp / "stderr.txt", "wb")  # noqa: SIM115
-    status_r, status_w = os.pipe()
-    proc = zygote.spawn(stdout=stdout.fileno(), stderr=stderr.fileno(), status=status_w, cwd=work,
-                        env=limits.worker_env(work), switch=[])
-    os.close(status_w)
-    stdout.close()
-    stderr.close()
-    assert proc is not None, "the zygote refused a grading's request"
-    job = Job(cells=cells, exercises=[], out_dir=str(out), cell_budget=20, exercise_budget=20)
-    proc.stdin.write(pickle.dumps(job))
-    proc.stdin.close()
-    return proc, status_r, tmp
+def _spawn(z: zygote.Zygote, tmp: Path, cells: list[Cell], monkeypatch=None
+           ) -> tuple[zygote.Forked, int, Path]:
+    w = supervisor.Worker(tmp, z, confined=True)
+    assert w.start() is None, "the zygote refused a grading's request"
+    w.send(Job(cells=cells, exercises=[], out_dir=w.out_dir, cell_budget=20, exercise_budget=20))
+    return w.proc, w.status, tmp
+
+
+def _named(comm: str) -> list[int]:
+    """Live processes named ``comm`` (prctl PR_SET_NAME), seen from here."""
+    found = []
+    for pid in procs.pids():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == comm and procs.stat_fields(pid)[:1] not in (["Z"], ["X"]):
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
 
 
 def _status(fd: int) -> str:
@@ -90,9 +96,15 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     assert lines[0].startswith("ready ") and any(line.startswith("loaded ") for line in lines)
     facts = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])
     assert facts["modules"] == [], "the reference or the checks are in the worker's memory"
-    assert facts["env"] == {k: v for k, v in limits.worker_env(tmp / "work").items()}
+    assert facts["env"] == {**worker_env(Path(namespaces.WORK)), "HOME": namespaces.HOME,
+                            "PYTHONPATH": allowlist.LIB}
     assert "GRADER_SEED" not in facts["env"] and zygote.ZYGOTE_ENV not in facts["env"]
-    assert facts["cwd"] == str(tmp / "work") and facts["tempdir"] == str(tmp / "work")
+    assert facts["cwd"] == namespaces.WORK and facts["tempdir"] == namespaces.WORK
+    assert facts["uid"] == namespaces.UID and facts["pid"] == 1
+    assert facts["visible"] == [], "the course is visible inside the sandbox"
+    python_roots = {Path(p).parts[1] for p in (sys.base_prefix, sys.prefix, os.path.realpath(sys.executable))}
+    system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "proc", "dev", "tmp", "run"}
+    assert set(facts["top"]) <= system | python_roots, facts["top"]
     assert facts["sid_is_pid"], "a session of its own"
     assert facts["no_user_site"]
     # 0-2 and the status pipe (listdir's own descriptor is gone by the time it is checked): nothing of the
@@ -133,110 +145,107 @@ def test_a_worker_runs_on_the_cores_of_its_grading(zyg, tmp_path, monkeypatch):
     assert json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])["cpus"] == [core]
 
 
-def test_a_worker_dies_with_the_grading_that_asked_for_it(zyg, tmp_path, monkeypatch):
-    hang = Cell("hang.py", 1, "import os, time\n_ = print(os.getpid(), flush=True)\n_ = time.sleep(600)\n")
-    proc, status, tmp = _spawn(zyg, tmp_path, [hang], monkeypatch)
+def test_a_worker_dies_with_the_grading_that_asked_for_it(zyg, tmp_path):
+    """Even what it forked into a session of its own (a fork-hopper's start): its pid namespace ends."""
+    hang = Cell("hang.py", 1, "import ctypes, os, time\nif os.fork() == 0:\n    os.setsid()\n"
+                              "    ctypes.CDLL(None).prctl(15, b'grader-hopper')\n    time.sleep(600)\n"
+                              "_ = print(os.getpid(), flush=True)\n_ = time.sleep(600)\n")
+    proc, status, tmp = _spawn(zyg, tmp_path, [hang])
     deadline = time.monotonic() + 30
     while not (tmp / "stdout.txt").read_text().strip() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert proc.poll() is None
+    while not _named("grader-hopper") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None and _named("grader-hopper")
     proc.conn.close()  # what the kernel does when the grading process dies or is killed
     deadline = time.monotonic() + 10
-    while _alive(proc.pid) and time.monotonic() < deadline:
+    while _named("grader-hopper") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(proc.pid), "the worker outlived its grading"
+    assert not _named("grader-hopper"), "the worker's child outlived its grading"
     os.close(status)
 
 
-def test_a_worker_that_kills_its_parent_ends_only_its_own_grading(zyg, tmp_path, monkeypatch):
-    """Its parent is its minder, not the zygote: the next grading still gets a forked worker."""
-    killer = Cell("killer.py", 1, "import os\n_ = os.kill(os.getppid(), 9)\n")
+def test_a_worker_that_kills_what_it_can_ends_only_its_own_grading(zyg, tmp_path):
+    """Process 1 of its own pid namespace: its parent is out of its reach, and the zygote with it."""
+    killer = Cell("killer.py", 1, "import os, signal\nfor pid in range(1, 64):\n    try:\n"
+                                  "        os.kill(pid, 9)\n    except OSError:\n        pass\n")
     (tmp_path / "a").mkdir()
-    proc, status, _ = _spawn(zyg, tmp_path / "a", [killer], monkeypatch)
-    assert proc.wait(timeout=60) == -signal.SIGKILL
+    proc, status, _ = _spawn(zyg, tmp_path / "a", [killer])
+    proc.wait(timeout=60)
     os.close(status)
     assert zyg.proc.poll() is None, "the zygote died"
     (tmp_path / "b").mkdir()
-    proc, status, tmp = _spawn(zyg, tmp_path / "b", [Cell("facts.py", 1, FACTS)], monkeypatch)
+    proc, status, tmp = _spawn(zyg, tmp_path / "b", [Cell("facts.py", 1, FACTS)])
     assert proc.wait(timeout=60) == 0
     _status(status)
     assert json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])["modules"] == []
 
 
-def test_exit_status_is_reported_like_popen(zyg, tmp_path, monkeypatch):
-    crash = Cell("crash.py", 1, "import os, signal\n_ = os.kill(os.getpid(), signal.SIGSEGV)\n")
-    proc, status, _ = _spawn(zyg, tmp_path, [crash], monkeypatch)
+def test_exit_status_is_reported_like_popen(zyg, tmp_path):
+    crash = Cell("crash.py", 1, "import ctypes\n_ = ctypes.string_at(0)\n")
+    proc, status, _ = _spawn(zyg, tmp_path, [crash])
     assert proc.wait(timeout=60) == -signal.SIGSEGV
     os.close(status)
 
 
-def test_a_worker_cannot_ask_the_zygote_for_workers(zyg, tmp_path, monkeypatch):
-    """Same user when the grader is not root: the zygote refuses its own descendants."""
+def test_a_worker_cannot_reach_the_zygote(zyg, tmp_path):
+    """Its socket lies in a folder the worker's namespace covers, by either name."""
     probe = Cell("probe.py", 1, (
         "import socket\n"
-        "def probe():\n"
+        "def probe(path):\n"
         "    try:\n"
         "        s = socket.socket(socket.AF_UNIX)\n"
-        f"        s.connect({str(zyg.socket)!r})\n"
-        "        socket.send_fds(s, [b'\\0\\0\\0\\2{}'], [0, 1, 2, 2])\n"
-        "        return 'answer ' + repr(s.recv(64))\n"
+        "        s.connect(path)\n"
+        "        return 'connected'\n"
         "    except Exception as e:\n"
-        "        return 'refused ' + repr(e)\n"
-        "_ = print(probe(), flush=True)\n"))
-    proc, status, tmp = _spawn(zyg, tmp_path, [probe], monkeypatch)
+        "        return 'refused ' + type(e).__name__\n"
+        f"_ = print([probe(p) for p in ({str(zyg.socket)!r}, '/run/grader/shared/server.sock')],"
+        " flush=True)\n"))
+    proc, status, tmp = _spawn(zyg, tmp_path, [probe])
     rc = proc.wait(timeout=60)
     said = _status(status)
     out = (tmp / "stdout.txt").read_text() + (tmp / "stderr.txt").read_text()
-    assert rc == 0, f"exit {rc}; status {said!r}"  # e.g. not killed by SIGPIPE: Python ignores it
-    assert "answer b''" in out or "refused " in out, out  # closed without a worker, or not even reachable
+    assert rc == 0, f"exit {rc}; status {said!r}"
+    assert "connected" not in out and out.count("refused ") == 2, out
 
 
-def test_without_a_zygote_the_worker_is_a_fresh_interpreter(monkeypatch, tmp_path):
-    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(tmp_path / "no-such.sock"))
-    assert zygote.spawn(stdout=1, stderr=2, status=2, cwd=tmp_path, env={}, switch=[]) is None
-    monkeypatch.delenv(zygote.ZYGOTE_ENV)
-    assert zygote.spawn(stdout=1, stderr=2, status=2, cwd=tmp_path, env={}, switch=[]) is None
-
-
-def test_grading_through_the_zygote_gives_the_same_report(zyg, monkeypatch):
+def test_grading_through_a_class_zygote_gives_the_same_report(zyg, monkeypatch):
     from grader import grade
 
     target = Path(__file__).resolve().parent / "submissions" / "mistakes.py"
     monkeypatch.delenv(zygote.ZYGOTE_ENV, raising=False)
-    fresh = grade(target, seed=3)
+    own = grade(target, seed=3)
     monkeypatch.setenv(zygote.ZYGOTE_ENV, str(zyg.socket))
     forked = grade(target, seed=3)
     summary = lambda r: [(e.name, e.status, e.score, e.message) for e in r.exercises]  # noqa: E731
-    assert summary(forked) == summary(fresh)
+    assert summary(forked) == summary(own)
+    assert own.isolation["seed_protected"] and forked.isolation["measured"]["uid"] == str(namespaces.UID)
 
 
-def test_stopping_the_zygote_stops_its_workers(tmp_path, monkeypatch):
+def test_stopping_the_zygote_stops_its_workers(tmp_path):
     z = zygote.Zygote()
     assert z.wait_ready()
     hang = Cell("hang.py", 1, "import time\n_ = time.sleep(600)\n")
-    proc, status, _ = _spawn(z, tmp_path, [hang], monkeypatch)
+    proc, status, _ = _spawn(z, tmp_path, [hang])
+    root = z.proc.pid
+    assert procs.descendants(root)
     t0 = time.monotonic()
     z.close()
     assert time.monotonic() - t0 < 10
     deadline = time.monotonic() + 5
-    while _alive(proc.pid) and time.monotonic() < deadline:
+    while procs.descendants(root) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(proc.pid)
+    assert not procs.descendants(root)
     assert not z.socket.exists()
     os.close(status)
 
 
-def _alive(pid: int) -> bool:
-    return procs.stat_fields(pid)[:1] not in ([], ["Z"], ["X"])  # gone, zombie or dead
-
-
-def test_a_socket_nobody_serves_is_not_waited_on(tmp_path, monkeypatch):
+def test_a_socket_nobody_serves_is_not_waited_on(tmp_path):
     path = tmp_path / "dead.sock"
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))  # bound, never listening: connect is refused at once
-    monkeypatch.setenv(zygote.ZYGOTE_ENV, str(path))
     t0 = time.monotonic()
-    assert zygote.spawn(stdout=1, stderr=2, status=2, cwd=tmp_path, env={}, switch=[]) is None
+    assert zygote.spawn(path, stdout=1, stderr=2, status=2, header={"cwd": str(tmp_path)}) is None
     assert time.monotonic() - t0 < 5
     s.close()
 
@@ -247,6 +256,9 @@ def test_a_socket_nobody_serves_is_not_waited_on(tmp_path, monkeypatch):
     (b"ex", b"it 0\n", 0),  # split across reads
     (b"", b"nonsense\n", -signal.SIGKILL),
     (b"", b"", -signal.SIGKILL),  # the minder closed without a word
+    (b"rss 1000\n", b"rss 2000\nexit 0\n", 0),  # memory reports before the end
+    (b"", b"exit " + b"9" * 5000 + b"\n", -signal.SIGKILL),  # a number no exit code is
+    (b"", b"x" * 100_000, -signal.SIGKILL),  # no line of the minder's is this long
 ])
 def test_exit_reports_are_read_whatever_their_framing(pending, sent, code):
     ours, theirs = socket.socketpair()
@@ -258,7 +270,7 @@ def test_exit_reports_are_read_whatever_their_framing(pending, sent, code):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_checks_run_in_a_forked_worker(zyg, monkeypatch):
+def test_cuda_checks_run_in_a_forked_worker(zyg, monkeypatch):  # pragma: no cover -- GPU only
     """The zygote never touches CUDA, so a worker forked from it can initialise it: on a GPU
     machine the CUDA checks run and count in class mode too."""
     from grader import engine

@@ -1,4 +1,4 @@
-"""What the autograder checks: the seventeen exercises of the contract, in chapter order.
+"""What the autograder checks: the exercises of the contract, in chapter order.
 
 ``EXERCISES[name].make_checks(seed, hidden=False)`` gives the public checks (the
 ones the in-notebook ``check`` runs); ``hidden=True`` adds the randomized
@@ -23,12 +23,14 @@ from . import (
     ch5_cross,
     ch6_cache,
     ch7_variants,
+    ch8_speed,
     ch9_real,
+    ch10_serving,
 )
 
 #: The chapters' check modules, by chapter number.
 _CHAPTERS = {1: ch1_leakage, 2: ch2_softmax, 3: ch3_padding, 4: ch4_combined, 5: ch5_cross, 6: ch6_cache,
-             7: ch7_variants, 9: ch9_real}
+             7: ch7_variants, 8: ch8_speed, 9: ch9_real, 10: ch10_serving}
 
 
 def _declared(name: str) -> tuple[int, Callable[..., list[Check]]]:
@@ -48,11 +50,15 @@ def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Ch
     checks then only draw new cases for the values; they add no rule."""
 
     def make_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+        if _BUILT is not None and (make, seed, hidden) in _BUILT:
+            return _BUILT[make, seed, hidden]
         checks = make(seed, hidden)
         rules = [replace(c, public=True) for c in make(cases.PUBLIC_SEED, True)
                  if c.kind == "property" and c.requires is None]
         public = [c for c in checks if c.public]
         rest = [c for c in checks if not c.public and c.kind != "property"]
+        if _BUILT is not None:
+            _BUILT[make, seed, hidden] = public + rules + rest
         return public + rules + rest
 
     make_checks.__name__ = make.__name__
@@ -66,8 +72,46 @@ EXERCISES: dict[str, Exercise] = {}
 for _name in CONTRACT:
     _chapter, _make = _declared(_name)
     EXERCISES[_name] = Exercise(_name, _chapter, with_public_rules(_make), _make.points, _make.statement)
-#: Points per exercise. They add up to 100.
+#: Points per exercise.
 POINTS: dict[str, float] = {name: ex.points for name, ex in EXERCISES.items()}
+
+
+#: (make, seed, hidden) -> the checks built: filled by :func:`prepare_class`, None elsewhere.
+_BUILT: dict[tuple[Callable, int, bool], list[Check]] | None = None
+
+
+def prepare_class(seed: int, hidden: bool = True) -> int:
+    """Build every exercise's checks for ``seed`` and compute their references now, once:
+    class mode calls it in the process it forks every grading from, so that no grading
+    builds the same cases or computes the same reference outputs again. Returns how many
+    references were kept. Only in that process: a notebook's ``check`` builds afresh."""
+    global _BUILT
+    from . import judges
+
+    _BUILT = {} if _BUILT is None else _BUILT
+    kept = 0
+    for name, ex in EXERCISES.items():
+        recipes = [r for r in vars(_CHAPTERS[ex.chapter]).values()
+                   if isinstance(r, judges.Recipe) and r.name == name]
+        for check in ex.make_checks(seed, hidden):
+            for call in check.calls:
+                if call.device != "cpu":
+                    continue
+                for recipe in recipes:
+                    try:
+                        judges.remember(recipe, call)
+                        kept += 1
+                    except Exception:  # noqa: BLE001 -- not this recipe's call: computed when judged
+                        pass
+    return kept
+
+
+def forget_class() -> None:
+    """Undo :func:`prepare_class`: cases and references are built afresh again."""
+    global _BUILT
+    from . import judges
+
+    _BUILT, judges._REMEMBERED = None, None
 
 
 def public_summary(name: str) -> str:

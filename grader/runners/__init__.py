@@ -3,8 +3,12 @@
 * :mod:`.cli` -- ``python -m grader SUBMISSION``;
 * :mod:`.notebook` -- ``from grader import check`` inside a notebook;
 * :mod:`.classroom` -- ``python -m grader class``: a whole class, with :mod:`.roster`,
-  :mod:`.processes` (one grading under a time limit; the gradings' fork server) and
-  :mod:`.scores`;
+  :mod:`.processes` (one grading under a time limit; the gradings' fork server),
+  :mod:`.scores` and :mod:`.classsummary`; around the gradings :mod:`.classrun` (the
+  shard, the roster and the late policy before, the outputs after), with :mod:`.shards`,
+  :mod:`.rosterfile`, :mod:`.lateness`, :mod:`.classreport` and :mod:`.similarity`;
+* :mod:`.merge` -- ``python -m grader merge``: the shards of a class put back together;
+* :mod:`.repos` -- ``python -m grader repos``: an assignment's repositories, all of them;
 * :mod:`.github` -- GitHub Classroom's template repository and outputs;
 * :mod:`.gradescope` -- the Gradescope bundle and its run;
 * :mod:`.release` -- ``exercises/`` written from ``solutions/``.

@@ -6,7 +6,7 @@ a pool of workers. Each student is graded by the engine's CLI (the arguments of
 ``python -m grader SUB --json RESULTS``, the seed in ``$GRADER_SEED``), forked from a server process
 that has imported torch and the grader once (:class:`Preloaded`); the sandboxed
 worker that runs the student's code is forked in turn from a zygote that has
-imported torch and nothing of the grader's side (:mod:`grader.sandbox.forkserver`). With
+imported torch and nothing of the grader's side (:mod:`grader.sandbox.zygote`). With
 ``--no-preload`` both are fresh interpreters. Every grading has its own session, so a
 submission that hangs, crashes or floods memory costs only its own row: the
 wall-time limit is enforced here by killing the grading's whole process tree.
@@ -21,7 +21,7 @@ This module holds class mode itself (its CLI, the manifest, grades.csv and the
 summary). The parts live beside it: :mod:`~grader.runners.roster` (who the
 students are), :mod:`~grader.runners.processes` (running one grading under a time
 limit, the gradings' fork server) and :mod:`~grader.runners.scores` (reading and
-scoring results.json); :mod:`~grader.sandbox.forkserver` is the workers' zygote.
+scoring results.json); :mod:`~grader.sandbox.zygote` is the workers' zygote.
 """
 
 from __future__ import annotations
@@ -44,15 +44,26 @@ from pathlib import Path
 from typing import Any
 
 from .. import seed as seed_mod
-from ..sandbox.forkserver import Zygote
+from ..sandbox import allowlist
+from ..sandbox.zygote import Zygote
 from ..seed import SEED_ENV
 from ..terminal import printable
-from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
+from .classrun import finish, plan_from
+from .classsummary import print_summary
+from .processes import (
+    _PACKAGE_ROOT,
+    Preloaded,
+    kill_running,
+    log_tail,
+    run_limited,
+    single_thread_env,
+)
 from .roster import Student, content_hash, discover, grading_target
 from .scores import (
     _fmt,
     contract_exercises,
     failure_results,
+    isolation,
     max_score,
     per_exercise,
     read_results,
@@ -108,6 +119,7 @@ class Row:
     scores: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: bool = False  # unchanged since the last run: not regraded
+    isolation: str = ""  # "held", "NOT HELD: why", or "" (see scores.isolation)
 
 
 def grade_student(student: Student, out: Path, *, seed: int, timeout: float, extra: Sequence[str],
@@ -168,7 +180,7 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     status = "graded" if results.get("tests") else "not graded"
     return Row(student.name, student.slug, status, summarize(results, exercises),
                total=total_score(results), max=max_score(results), scores=per_exercise(results, exercises),
-               seconds=res.seconds)
+               seconds=res.seconds, isolation=isolation(results))
 
 
 class Manifest:
@@ -205,23 +217,25 @@ class Manifest:
 
 
 def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
-    """grades.csv: student, one column per contract exercise, total, max, status, message.
+    """grades.csv: student, one column per contract exercise, total, max, status, isolation, message.
     Rows with no max of their own (failures) get the class's max, so totals compare."""
     maxes = [r.max for r in rows if r.max is not None]
     class_max = statistics.mode(maxes) if maxes else None
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["student", *exercises, "total", "max", "status", "message"])
+        w.writerow(["student", *exercises, "total", "max", "status", "isolation", "message"])
         for r in rows:
             w.writerow([r.student, *(_fmt(r.scores.get(e, 0.0)) for e in exercises), _fmt(r.total),
-                        _fmt(r.max if r.max is not None else class_max), r.status, r.message])
+                        _fmt(r.max if r.max is not None else class_max), r.status, r.isolation, r.message])
 
 
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,
                 regrade: bool = False, extra: Sequence[str] = (), command: GraderCommand = engine_command,
                 exercises: Sequence[str] | None = None, progress: bool = True,
-                pin: bool = False, preload: bool = True) -> list[Row]:
+                pin: bool = False, preload: bool = True,
+                select: Callable[[list[Student]], list[Student]] | None = None) -> list[Row]:
     """Grade every student of ``submissions`` into ``out``; returns one row per student.
+    ``select``: the students of those found that this run grades (a shard's, :mod:`.classrun`).
 
     With ``pin`` (and no more jobs than cores) each grading runs on a core of its own, so
     ``--jobs N`` uses exactly N cores and leaves the rest of a shared machine alone. Not the
@@ -230,7 +244,7 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
 
     With ``preload`` (and the engine's own command), gradings are forked from a server that
     has imported torch and the grader once (:class:`Preloaded`), and their sandboxed workers
-    from a :class:`~grader.sandbox.forkserver.Zygote`; else each is a fresh ``python -m grader``.
+    from a :class:`~grader.sandbox.zygote.Zygote`; else each is a fresh ``python -m grader``.
     """
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
     umask = os.umask(0o077)  # results, logs and the manifest hold the seed: they are ours alone
@@ -239,15 +253,17 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
         out.chmod(0o700)  # a folder from an earlier run may be open to everyone
         return _grade_class(submissions, out, jobs=jobs, seed=seed, timeout=timeout, regrade=regrade,
                             extra=extra, command=command, exercises=exercises, progress=progress, pin=pin,
-                            preload=preload)
+                            preload=preload, select=select)
     finally:
         os.umask(umask)
 
 
 def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float, regrade: bool,
                  extra: Sequence[str], command: GraderCommand, exercises: Sequence[str], progress: bool,
-                 pin: bool, preload: bool) -> list[Row]:
+                 pin: bool, preload: bool,
+                 select: Callable[[list[Student]], list[Student]] | None) -> list[Row]:
     students, ignored = discover(submissions, out)
+    students = select(students) if select is not None else students
     if ignored:
         names = ", ".join(p.name for p in ignored[:5]) + (" …" if len(ignored) > 5 else "")
         print(f"note: ignored {len(ignored)} entries that are neither folders nor .ipynb/.py files: {names}",
@@ -278,10 +294,17 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         cores = _core_pool(jobs) if pin else None
         # Gradings forked from a server with the grader imported, and their sandboxed workers
         # forked from a zygote with torch imported (never the reference or the cases).
-        zyg = Zygote() if preload and command is engine_command and todo else None
-        preloaded = Preloaded(zyg.env()) if zyg is not None else None
-        if zyg is not None:
-            zyg.wait_ready()  # both import torch meanwhile
+        try:
+            zyg = Zygote() if preload and command is engine_command and todo else None
+        except allowlist.Unavailable as e:  # no student code runs outside the sandbox
+            raise SystemExit(f"grader: {allowlist.refusal(str(e))}") from None
+        # The server also builds the class's cases and their references, once for every grading.
+        preloaded = (Preloaded(zyg.env(), seed=seed, public_only="--public-only" in extra)
+                     if zyg is not None else None)
+        if zyg is not None and not zyg.wait_ready():  # both import torch meanwhile
+            preloaded.close()
+            zyg.close()
+            raise SystemExit(f"grader: {allowlist.refusal(zyg.failure())}")
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         if command is engine_command:  # other submissions and every grading's results are off limits
             extra = [*extra, "--hide", str(submissions.resolve()), "--hide", str(out.resolve())]
@@ -334,44 +357,6 @@ def _core_pool(jobs: int) -> queue.Queue | None:
     return q
 
 
-def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: int) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console()
-    if not console.is_terminal:  # a log file or a pipe: room for the whole table
-        console = Console(width=110)
-    totals = [r.total for r in rows]
-    maxes = [r.max for r in rows if r.max is not None]
-    top = statistics.mode(maxes) if maxes else None
-    failures = [r for r in rows if r.status != "graded"]
-    skipped = sum(r.skipped for r in rows)
-
-    def pts(x: float) -> str:
-        return f"{x:.1f}" + (f"/{_fmt(top)}" if top else "")
-
-    t = Table(title="Class grading summary")
-    for col in ("students", "graded", "unchanged", "mean", "median", "full marks", "zero", "failures"):
-        t.add_column(col, justify="right")
-    full = sum(1 for r in rows if r.max and r.total >= r.max)
-    zero = sum(1 for r in rows if r.total == 0)
-    t.add_row(str(len(rows)), str(len(rows) - skipped), str(skipped),
-              pts(statistics.fmean(totals)) if totals else "-",
-              pts(statistics.median(totals)) if totals else "-",
-              str(full), str(zero), str(len(failures)))
-    console.print(t)
-    if failures:
-        f = Table(title="Submissions that could not be graded")
-        for col in ("student", "status", "why"):
-            f.add_column(col, overflow="fold")
-        for r in failures:  # as text: a folder's name may hold markup or escapes
-            f.add_row(*(Text(printable(x)) for x in (r.student, r.status, r.message)))
-        console.print(f)
-    console.print(f"seed {seed} (reproduce with GRADER_SEED={seed}) · {jobs} workers · {wall:.1f} s wall · "
-                  f"grades: {out / 'grades.csv'}")
-
-
 def last_run_seed(out: Path) -> tuple[int, str] | None:
     """The seed of the last class run into ``out`` and where it was read, if any: class
     mode's fallback after --seed and $GRADER_SEED (:func:`grader.seed.resolve`)."""
@@ -411,6 +396,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "of forking them from processes that have imported torch already (slower; for "
                         "comparison)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--shard", metavar="i/N", help="grade only shard i of N (0 <= i < N; default: from Slurm, "
+                   "Kubernetes or $GRADER_SHARD, else the whole class); merge with `python -m grader merge`")
+    p.add_argument("--roster", type=Path, help="roster CSV: every student on it gets a row, 'missing' "
+                   "included (ours: id,name[,folder,extension_days,due,submitted]; GitHub Classroom's and "
+                   "Gradescope's as downloaded)")
+    p.add_argument("--due", help="due date, ISO 8601 (e.g. 2026-12-01T23:59:00+01:00)")
+    p.add_argument("--late-policy", default="none", help="none, P/day or P/day,cap=C: percent of the maximum "
+                   "off per started day late (default none)")
+    p.add_argument("--no-report", action="store_true", help="no class-report.html / class-report.md")
     return p
 
 
@@ -432,10 +426,17 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
         extra.append("--public-only")
     if args.exercise_timeout is not None:
         extra += ["--timeout", f"{args.exercise_timeout:g}"]
+    plan = plan_from(shard=args.shard, roster=args.roster, due=args.due, late_policy=args.late_policy,
+                     report=not args.no_report)
+    if plan.shard is not None:
+        print(f"shard {plan.shard} ({plan.shard_origin})", file=sys.stderr)
     t0 = time.perf_counter()
     rows = grade_class(args.submissions, out, jobs=args.jobs, seed=seed, timeout=args.timeout,
                        regrade=args.regrade, extra=extra, command=command, exercises=exercises,
                        progress=not args.no_progress, pin=args.pin,
-                       preload=not args.no_preload)
-    print_summary(rows, seed=seed, out=out, wall=time.perf_counter() - t0, jobs=args.jobs)
+                       preload=not args.no_preload, select=plan.select)
+    wall = time.perf_counter() - t0
+    finish(out, plan, rows, fingerprint=grader_fingerprint(), seed=seed, wall=wall, extra=extra,
+           exercises=tuple(exercises) if exercises is not None else contract_exercises())
+    print_summary(rows, seed=seed, out=out, wall=wall, jobs=args.jobs)
     return 0

@@ -86,8 +86,11 @@ def build_parser() -> _Parser:
     p.add_argument("--verbose", action="store_true",
                    help="list every check in the terminal report (default: one diagnosis per exercise)")
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
-                   help="keep PATH out of student code's sight too (repeatable; the course, the "
-                        "submission, temporary and home folders and the report files' folders always are)")
+                   help="check that student code cannot see PATH either (repeatable; inside the sandbox "
+                        "nothing but Python and its libraries exists)")
+    p.add_argument("--unconfined", action="store_true",
+                   help="where the sandbox (bubblewrap) cannot be made, run your own code without it, to "
+                        "check your own work; refused as root; the report says so")
     return p
 
 
@@ -120,12 +123,13 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         return _usage(args, parser, problem, show_usage=False)
     within, course_max = _scope(args, registry)
 
-    reports = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.junit, args.markdown) if p]
+    reports = [os.path.abspath(p) for p in (args.json, args.junit, args.markdown) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
         result = engine.grade(args.submission, seed=seed, exercises=args.exercise or within.names,
                               public_only=args.public_only, timeout=timeout, memory_mb=args.memory,
-                              registry=registry, progress=progress, hide=[*args.hide, *reports])
+                              registry=registry, progress=progress, hide=[*args.hide, *reports],
+                              unconfined=args.unconfined)
     except ValueError as e:  # unknown exercise names
         stop()
         return _usage(args, parser, str(e))

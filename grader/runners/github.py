@@ -78,10 +78,11 @@ def gh_outputs_main(argv: Sequence[str] | None = None) -> int:
 #: What a student's template repository holds. No solutions/, no tests/, no book/. Its README.md
 #: (for students: the course's is for maintainers) and workflow come from classroom/github/.
 TEMPLATE_PATHS = ("exercises", "attnmask", "grader", "pyproject.toml")
-#: Development tools in requirements.txt that grading never imports; left out of the
-#: student template and the Gradescope image, which install on every run or build.
+#: Development tools in requirements.txt that grading never imports, and what only executing the
+#: book needs (transformers, for chapters 9 and 10); left out of the student template and the
+#: Gradescope image, which install on every run or build.
 DEV_ONLY = {"jupyter-book", "nbval", "pytest", "pytest-xdist", "pytest-timeout", "pytest-benchmark",
-            "hypothesis", "ruff"}
+            "hypothesis", "ruff", "transformers"}
 
 
 #: What students need to work in notebooks but grading does not (the Gradescope image).

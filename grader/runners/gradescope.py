@@ -153,16 +153,15 @@ def withhold(results: dict, visibility: str) -> dict:
 
 
 def _lock_answers(root: Path) -> None:
-    """Make the bundle's reference package readable by root alone. Gradescope runs Docker
-    with its default capabilities, without CAP_SYS_ADMIN, so the worker cannot hide the
-    course in a mount namespace; it still runs student code as a user of its own, which
-    then cannot read these folders. Only folders inside the autograder (its source and
-    its virtual environment) are touched; the grader (root) still reads them."""
+    """Make the bundle's reference package readable by root alone: student code runs inside
+    bubblewrap, where these folders do not exist; this is a second lock on them. Only folders
+    inside the autograder (its source and its virtual environment) are touched; the grader
+    (root) still reads them."""
+    from ..engine import secret_paths
     from ..rules import reference_folders
-    from ..sandbox.confine import private_paths
 
     inside = [os.path.realpath(root), os.path.realpath(sys.prefix)]
-    for folder in reference_folders(private_paths()):
+    for folder in reference_folders(secret_paths()):
         real = os.path.realpath(folder)
         if any(real.startswith(base + os.sep) for base in inside):
             try:

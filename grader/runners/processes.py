@@ -108,12 +108,22 @@ class Preloaded:
     ``$GRADER_SEED``) travel over the server's socket, never on a command line.
     """
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, *, seed: int | None = None,
+                 public_only: bool = False) -> None:
+        """With ``seed``, the server also builds the class's cases and their reference
+        outputs once (:func:`grader.checks.prepare_class`) for every grading it forks. The
+        seed goes down the server's stdin: its environment, unlike its children's, can be
+        read in ``/proc/PID/environ`` for as long as it runs."""
         env = single_thread_env()
         env.update(extra_env or {})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
-        self.env = env
+        self.env = dict(env)
+        if seed is not None:
+            env[_PREPARE_ENV] = "public" if public_only else "hidden"
         self.server = forkserver.Server("grader.runners.processes", env)
+        if seed is not None:
+            self.server.proc.stdin.write(f"{int(seed)}\n".encode())
+            self.server.proc.stdin.flush()
         self.lock = threading.Lock()
 
     def run(self, args: Sequence[str], *, timeout: float, log: Path, cwd: Path,
@@ -162,6 +172,11 @@ class Preloaded:
         self.server.close()
 
 
+#: In the server's environment: "hidden" or "public", the checks to prepare for the class
+#: whose seed comes first on its stdin (not the seed itself).
+_PREPARE_ENV = "GRADER_CLASS_PREPARE"
+
+
 def _preload() -> None:
     """What every grading imports, imported once in the server."""
     import torch
@@ -180,7 +195,21 @@ def _preload() -> None:
     import rich.text  # noqa: F401
 
     from .. import diagnose, verdicts  # noqa: F401
-    from ..sandbox import channel, integrity, supervisor, worker  # noqa: F401
+    from ..sandbox import channel, supervisor, worker  # noqa: F401
+
+
+def _prepare() -> None:
+    """The class's cases and reference outputs, built once for every grading forked from
+    here; the class's seed is the first line on stdin (see :class:`Preloaded`)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk:
+            return  # closed before a seed came: nothing to prepare
+        line += chunk
+    from .. import checks
+
+    checks.prepare_class(int(line), hidden=os.environ.get(_PREPARE_ENV) != "public")
 
 
 def _grade(req: dict, extra: list[int]) -> int:
@@ -213,6 +242,8 @@ def log_tail(log: Path, limit: int = 300) -> str:
 
 if __name__ == "__main__":  # class mode's grading server, started by Preloaded
     _preload()
+    if os.environ.get(_PREPARE_ENV):
+        _prepare()
     forkserver.serve(sys.argv[1], _grade)
     sys.stdout.flush()
     os._exit(0)  # skip tearing torch down: nothing of ours is left to clean up

@@ -62,6 +62,17 @@ def per_exercise(results: dict[str, Any], exercises: Sequence[str]) -> dict[str,
     return scores
 
 
+def isolation(results: dict[str, Any]) -> str:
+    """grades.csv's word on the sandbox, from the report's isolation block (what the worker
+    measured from inside): "held", "NOT HELD: why", or "" where the report has none."""
+    block = (results.get("extra_data") or {}).get("isolation") or {}
+    if not isinstance(block, dict) or not block:
+        return ""
+    if block.get("seed_protected") is True and block.get("references_protected") is True:
+        return "held"
+    return f"NOT HELD: {str(block.get('why', ''))[:120]}"
+
+
 def summarize(results: dict[str, Any], exercises: Sequence[str], limit: int = 300) -> str:
     """One line: what cost the student points, after the grader's notes on the whole
     submission (e.g. a file that ran too long at import), which say why better."""

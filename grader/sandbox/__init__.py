@@ -4,14 +4,14 @@ Listed from the ground up: each module imports only modules listed above it.
 
 * :mod:`.limits` -- what a worker is given: time and memory limits, environment, outcome names;
 * :mod:`.status` -- the status pipe's lines, read with bounded lengths and numbers;
-* :mod:`.procs` -- processes read from ``/proc``: descendants, sessions, users; killing them;
-* :mod:`.confine` -- hiding the course, other submissions and the seed (a mount namespace);
-* :mod:`.integrity` -- the grader's own files, snapshot and verified after student code ran;
+* :mod:`.procs` -- processes read from ``/proc``: descendants, sessions; killing them;
+* :mod:`.allowlist` -- what student code may see: the bubblewrap command line, in one place;
+* :mod:`.namespaces` -- each worker's own namespaces inside the sandbox, and what it measures of them;
 * :mod:`.channel` -- the worker's answers, encoded so that no pickle from student code is loaded;
 * :mod:`.execute` -- one call of a student's function, with its time limit;
 * :mod:`.deferred` -- stand-ins for torch's heaviest modules, until student code needs them;
-* :mod:`.users` -- the unprivileged user student code runs as when the grader is root;
-* :mod:`.worker` -- the child: loads the submission, runs the calls, reports;
-* :mod:`.forkserver` -- the zygote: workers forked with torch already imported;
+* :mod:`.worker` -- the child: measures its sandbox, loads the submission, runs the calls, reports;
+* :mod:`.forkserver` -- fork servers: a process forked per request, with torch already imported;
+* :mod:`.zygote` -- the workers' fork server, inside bubblewrap;
 * :mod:`.supervisor` -- the parent's side: start, feed, watch and replace workers.
 """

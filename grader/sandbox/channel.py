@@ -22,7 +22,10 @@ references cannot make a small record expensive to walk). Anything else -- a
 forged object, a malformed header, a record too big -- becomes a
 :class:`ChannelError` with a plain message, which fails the check it belongs
 to. Student code can write whatever it likes into these files: the worst it
-can forge is its own function's return value. What the parent makes of a record
+can forge is what its own calls produced: their return values and, for a call
+that asks, the record of the largest tensor it created (which deliberate code
+can also dodge by computing outside torch, e.g. in numpy; see
+:class:`grader.sandbox.execute.Allocations`). What the parent makes of a record
 is bounded too, whatever its bytes say: no tensor's bytes are read twice, no
 integer beyond 64 bits, at most :data:`MAX_CHARS` characters of text, a call's
 time a finite number of seconds (:func:`outcome_from_data`) and the loaded
@@ -277,6 +280,7 @@ def outcome_to_data(o: Outcome) -> dict:
         "grads": _encode(o.grads),
         "seconds": float(o.seconds),
         "where": getattr(o, "where", None),
+        "largest": o.largest,
     }
 
 
@@ -294,6 +298,10 @@ def outcome_from_data(d: Any) -> Outcome:
     if args_after is not None and type(args_after) not in (tuple, list):
         raise ChannelError("a call's arguments-after record is not a sequence")
     where = d.get("where")
+    largest = d.get("largest")
+    if largest is not None and (type(largest) not in (tuple, list) or len(largest) > 64
+                                or any(type(n) is not int or n < 0 for n in largest)):
+        raise ChannelError("a call's record of its largest tensor is not a shape")
     return Outcome(
         output=_decode(d.get("output")),
         error=None if error is None else error[:MAX_ERROR],
@@ -302,6 +310,7 @@ def outcome_from_data(d: Any) -> Outcome:
         grads=_decode(d.get("grads")),
         seconds=float(seconds),
         where=where[:300] if type(where) is str else None,
+        largest=None if largest is None else tuple(largest),
     )
 
 

@@ -14,6 +14,8 @@ import time
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ..spec import Call, FnSpec, NotATensor, Outcome
 
@@ -110,6 +112,32 @@ def _grad_probe(args: tuple) -> tuple[tuple, list[int]]:
     return tuple(out), idx
 
 
+class Allocations(TorchDispatchMode):
+    """Records the shape of the largest floating tensor any operation creates while active.
+
+    Every tensor operation passes through ``__torch_dispatch__`` below autograd, so
+    ``q @ k.mT``, ``torch.zeros``, ``.float()`` and a copy are all seen, whatever Python
+    code called them. An operation whose result aliases an input (a view such as
+    ``expand`` or a slice, an in-place op) allocates nothing new and is not counted.
+    Work done outside torch (numpy) or on another thread is not seen: the record holds
+    ordinary code to a rule, and is no defence against code written to dodge it.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.largest: tuple[int, ...] = ()
+        self._numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        schema = getattr(func, "_schema", None)
+        if schema is None or not any(r.alias_info is not None for r in schema.returns):
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point and t.numel() > self._numel:
+                    self._numel, self.largest = t.numel(), tuple(int(n) for n in t.shape)
+        return out
+
+
 def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     """Run ``fn`` on ``call`` (args moved to ``call.device``) and record what happened."""
     args = _to_device(call.args, call.device)
@@ -119,9 +147,14 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
         args, grad_idx = _grad_probe(args)
     before = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args)
     requires = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    watch = Allocations() if call.allocations else None
     t0 = time.perf_counter()
     try:
-        result = fn(*args, **kwargs)
+        if watch is None:
+            result = fn(*args, **kwargs)
+        else:
+            with watch:
+                result = fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 -- a student's SystemExit is an outcome too
         return Outcome(error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0,
                        where=_where(e.__traceback__))
@@ -133,7 +166,8 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     args_after = tuple(
         None if b is None else _after(a, b, r) for a, b, r in zip(args, before, requires)
     )
-    return Outcome(output=output, devices=devices, args_after=args_after, grads=grads, seconds=seconds)
+    return Outcome(output=output, devices=devices, args_after=args_after, grads=grads, seconds=seconds,
+                   largest=None if watch is None else watch.largest)
 
 
 # Frames in these folders are library code; the innermost frame elsewhere is the student's.

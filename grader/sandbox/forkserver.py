@@ -4,12 +4,9 @@ A new interpreter spends a second or more importing torch. A fork server pays th
 once and forks a child per request, which then looks like what a fresh process
 would have been. One mechanism serves two roles:
 
-* the workers' **zygote**, ``python -s -P -m grader.sandbox.forkserver SOCKET``
-  (the workers' own flags, a scrubbed environment, ``PYTHONHASHSEED=0``), which
-  imports torch and the worker's modules only -- never the reference, the checks
-  or any case -- and whose children become sandbox workers
-  (:func:`grader.sandbox.worker.serve`); the supervisor asks it through :func:`spawn`
-  when ``GRADER_ZYGOTE`` names its socket, and starts a fresh interpreter otherwise;
+* the workers' **zygote** (:mod:`grader.sandbox.zygote`), inside bubblewrap, which
+  imports torch and the worker's modules only, and whose children become sandbox
+  workers;
 * class mode's **grading server** (:class:`grader.runners.processes.Preloaded`),
   which imports torch, the reference and the grader, and whose children each grade
   one student with the engine's CLI.
@@ -22,15 +19,16 @@ For each connection the server
 2. forks a *minder* for it, which forks the child. The child gets a session of its
    own, exactly those descriptors, that folder and environment, and runs the role's
    body;
-3. the minder answers ``pid N``, then ``exit CODE`` once the child has exited (CODE
+3. the minder answers ``pid N``, then ``rss BYTES`` now and then (the resident memory of
+   the child, or of a confined worker's process 1), then ``exit CODE`` once the child has exited (CODE
    negative for a signal, as Popen's returncode). If the connection closes first --
    the asker died or gave up at its time limit -- it kills the child's whole session.
 
 A child's parent is its minder, so a child that kills its parent ends its own
 request only, never the server the others come from. The server is single-threaded
 (so fork is safe), not dumpable (a child running as the same user cannot read or
-patch its memory), refuses requests from its own descendants, and exits, killing
-what it forked, when its stdin closes. Hand-written rather than ``multiprocessing``'s
+patch its memory), and exits, killing what it forked, when its stdin closes; inside
+the sandbox its socket is out of its children's sight. Hand-written rather than ``multiprocessing``'s
 forkserver: that one cannot hand a child another process's descriptors, a session
 and a user of its own, or report its exit to a process it did not start.
 """
@@ -51,11 +49,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .limits import worker_env
-from .procs import ChildWakeups, descendants, kill_session, stat_fields, stop_server
+from .procs import ChildWakeups, children, descendants, kill_session, stop_server
 
-#: Environment variable naming the zygote's socket, for the grading processes of a class run.
-ZYGOTE_ENV = "GRADER_ZYGOTE"
 _HEADER_MAX = 1 << 20
 _PR_SET_DUMPABLE = 4
 
@@ -74,34 +69,53 @@ class Forked:
     def __init__(self, conn: socket.socket, pid: int, stdin, pending: bytes = b""):
         self.conn, self.pid, self.stdin = conn, pid, stdin
         self.returncode: int | None = None
+        self.rss = 0  # bytes, as the minder last said
         self._buf = pending  # what came after the "pid" line, if anything
 
     def _read(self, timeout: float) -> None:
         if self.returncode is not None or self.conn is None:
             return
-        chunk = None
-        if b"\n" not in self._buf:
-            ready, _, _ = select.select([self.conn], [], [], max(timeout, 0))
-            if not ready:
-                return
+        ready, _, _ = select.select([self.conn], [], [], max(timeout, 0))
+        if ready:
             try:
                 chunk = self.conn.recv(4096)
             except OSError:
                 chunk = b""
+            if not chunk:  # the minder is gone without a word: it took the worker with it
+                self._buf += b"\nexit -9\n"
             self._buf += chunk
-        if b"\n" in self._buf:
-            line = self._buf.split(b"\n", 1)[0].decode("ascii", "replace").split()
-            ok = len(line) == 2 and line[0] == "exit" and line[1].lstrip("-").isdigit()
-            self.returncode = int(line[1]) if ok else -signal.SIGKILL
-            self.close()
-        elif not chunk:  # the minder is gone without a word: it took the worker with it
-            self.returncode = -signal.SIGKILL
-            self.close()
+        *lines, self._buf = self._buf.split(b"\n")
+        if len(self._buf) > 64:  # no line of the minder's is this long
+            lines, self._buf = [*lines, b"?"], b""
+        for raw in lines:
+            words = raw.decode("ascii", "replace").split()
+            number = words[1] if len(words) == 2 and len(words[1]) <= 20 else ""
+            if words[:1] == ["rss"] and number.isdigit():
+                self.rss = int(number)
+            elif words[:1] == ["exit"] and number.lstrip("-").isdigit() and abs(int(number)) < 256:
+                self.returncode = int(number)
+            elif raw.strip():
+                self.returncode = -signal.SIGKILL
+            if self.returncode is not None:
+                self.close()
+                return
 
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+    def end(self, timeout: float = 10.0) -> None:
+        """Have the minder kill the child's session, and wait until the child is gone."""
+        if self.conn is not None and self.returncode is None:
+            try:
+                self.conn.shutdown(socket.SHUT_WR)
+                self.wait(timeout)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.close()
+        if self.returncode is None:
+            self.returncode = -signal.SIGKILL
 
     def poll(self) -> int | None:
         self._read(0)
@@ -144,38 +158,22 @@ def request(path: str | os.PathLike, fds: list[int], header: dict) -> Forked | N
     return Forked(conn, int(pid), None, pending)
 
 
-def spawn(*, stdout: int, stderr: int, status: int, cwd: Path, env: dict[str, str],
-          switch: list[str]) -> Forked | None:
-    """Ask the zygote named by ``GRADER_ZYGOTE`` for a worker; None if there is none or it
-    does not answer (the caller then starts a fresh interpreter). ``stdout``, ``stderr``,
-    ``status``: descriptors the worker gets as 1, 2 and its status pipe."""
-    path = os.environ.get(ZYGOTE_ENV)
-    if not path:
-        return None
-    stdin_r, stdin_w = os.pipe()
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    proc = request(path, [stdin_r, stdout, stderr, status],
-                   {"cwd": str(cwd), "env": env, "switch": switch, "cpus": cpus})
-    os.close(stdin_r)
-    if proc is None:
-        os.close(stdin_w)
-        return None
-    proc.stdin = os.fdopen(stdin_w, "wb")
-    return proc
-
-
 class Server:
-    """A fork server started as ``python FLAGS -m MODULE SOCKET``, whose ``__main__``
-    imports what its children share and calls :func:`serve`. Its socket lies in a
-    folder of its own (0700: only we can connect)."""
+    """A fork server started as ``[PREFIX...] python FLAGS -m MODULE SOCKET [ARGS...]``, whose
+    ``__main__`` imports what its children share and calls :func:`serve`. Its socket lies in
+    a folder of its own (0700: only we can connect); ``inside`` is that folder as the server
+    sees it (another path inside the sandbox)."""
 
     def __init__(self, module: str, env: dict[str, str], *, flags: tuple[str, ...] = (),
-                 cwd: Path | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="grader-forkserver-"))
+                 cwd: Path | None = None, prefix: tuple[str, ...] = (), inside: str | None = None,
+                 args: tuple[str, ...] = (), folder: Path | None = None) -> None:
+        self.dir = folder or Path(tempfile.mkdtemp(prefix="grader-forkserver-"))
         self.socket = self.dir / "server.sock"
-        argv = [sys.executable, *flags, "-m", module, str(self.socket)]
+        self.errors = open(self.dir / "stderr.txt", "w+b")  # noqa: SIM115 -- closed in close()
+        argv = [*prefix, sys.executable, *flags, "-m", module,
+                str(self.socket) if inside is None else f"{inside}/server.sock", *args]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                     cwd=cwd, start_new_session=True)
+                                     stderr=self.errors, cwd=cwd, start_new_session=True)
         self.ready: bool | None = None
 
     def wait_ready(self, timeout: float = 120.0) -> bool:
@@ -185,73 +183,26 @@ class Server:
             self.ready = bool(ready) and self.proc.stdout.readline() == b"ready\n"
         return self.ready
 
+    def failure(self) -> str:
+        """The last line the server wrote on stderr (why it did not start), cut short."""
+        try:
+            self.errors.seek(max(0, os.fstat(self.errors.fileno()).st_size - 2000))
+            lines = self.errors.read().decode("utf-8", "replace").strip().splitlines()
+        except (OSError, ValueError):
+            lines = []
+        return lines[-1][:300] if lines else "it exited without a word"
+
     def close(self) -> None:
         """Stop the server (it kills anything it forked that is still running) and reap it."""
         stop_server(self.proc)
+        self.errors.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Zygote(Server):
-    """The workers' zygote, for a class run; :meth:`env` gives the variable its gradings need."""
-
-    def __init__(self) -> None:
-        home = Path(tempfile.mkdtemp(prefix="grader-zygote-home-"))
-        env = worker_env(home)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
-        flags = ("-s", "-P") if sys.version_info >= (3, 11) else ("-s",)
-        super().__init__("grader.sandbox.forkserver", env, flags=flags, cwd=home)
-        self.home = home
-
-    def env(self) -> dict[str, str]:
-        return {ZYGOTE_ENV: str(self.socket)}
-
-    def wait_ready(self, timeout: float = 120.0) -> bool:
-        """As :meth:`Server.wait_ready`; if it never is, the gradings start their workers as
-        fresh interpreters, and a note says so."""
-        if self.ready is None and not super().wait_ready(timeout):
-            print("grader: note: the worker zygote did not start; every worker imports torch itself "
-                  "(slower, same grades)", file=sys.stderr)
-        return bool(self.ready)
-
-    def close(self) -> None:
-        super().close()
-        shutil.rmtree(self.home, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- the server
 
 
-def _forked_by_us(pid: int) -> bool:
-    """Whether ``pid`` descends from this server: a child, or something a child started."""
-    me = os.getpid()
-    for _ in range(64):
-        fields = stat_fields(pid)
-        if len(fields) < 2 or not fields[1].isdigit():
-            return False
-        pid = int(fields[1])
-        if pid == me:
-            return True
-        if pid <= 1:
-            return False
-    return True  # deeper than any grading goes: refuse
-
-
-def _peer_allowed(conn: socket.socket) -> bool:
-    """Only the server's owner may ask for children: the socket's folder keeps other users
-    out (0700); here, its own children (same user when the grader is not root) are kept out too."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return True
-    import struct
-
-    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                      struct.calcsize("3i")))
-    return uid == os.geteuid() and not _forked_by_us(pid)
-
-
 def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    if not _peer_allowed(conn):
-        raise ValueError("a child may not ask for children")
     conn.settimeout(2)  # the asker sends its request at once
     data, fds, _, _ = socket.recv_fds(conn, _HEADER_MAX + 4, 8)
     try:
@@ -322,6 +273,18 @@ def _become(req: dict, fds: list[int], others: set[int], wakeups: ChildWakeups, 
         os._exit(code)
 
 
+def _rss(pids: list[int]) -> int:
+    """Bytes of memory that ``pids`` hold (resident), from /proc."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wakeups: ChildWakeups,
           body: Body) -> None:
     """A child's minder, forked from the server for one request: forks the child, tells
@@ -343,10 +306,18 @@ def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wake
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:
             kill_session(pid)
-        alive = True
+        alive, told = True, 0
         while True:
-            ready, _, _ = select.select([conn, wakeups.r] if alive else [wakeups.r], [], [], 1.0)
+            ready, _, _ = select.select([conn, wakeups.r] if alive else [wakeups.r], [], [], 0.25)
             wakeups.drain()
+            # A confined worker is the child's child (process 1 of its own pid namespace).
+            rss = _rss(children(pid) if req.get("share") else [pid])
+            if alive and rss != told:
+                try:
+                    conn.sendall(f"rss {rss}\n".encode())
+                    told = rss
+                except OSError:
+                    pass
             if conn in ready:
                 try:
                     data = conn.recv(4096)
@@ -357,11 +328,10 @@ def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wake
                     alive = False
             done, wstatus = os.waitpid(pid, os.WNOHANG)
             if done:
-                if alive:
-                    try:
-                        conn.sendall(f"exit {os.waitstatus_to_exitcode(wstatus)}\n".encode())
-                    except OSError:
-                        pass
+                try:  # the asker may have closed only its sending side: it waits for this
+                    conn.sendall(f"exit {os.waitstatus_to_exitcode(wstatus)}\n".encode())
+                except OSError:
+                    pass
                 break
     except BaseException:  # noqa: BLE001
         code = 1
@@ -420,27 +390,3 @@ def serve(path: str, body: Body) -> None:
                 break
             minders.discard(pid)
     listener.close()
-
-
-def _become_worker(req: dict, extra: list[int]) -> int:
-    """The zygote's body: be what ``python -m grader.sandbox.worker STATUS [SWITCH]`` is."""
-    from . import worker
-
-    if len(extra) != 1 or not isinstance(req.get("switch"), list):
-        raise ValueError("a worker needs its status pipe and its user switch")
-    status, switch = extra[0], req["switch"]
-    sys.argv = [worker.__file__, str(status), *switch]  # as `-m grader.sandbox.worker` has it
-    worker.serve(status, switch[0] if switch else None)
-    return 0
-
-
-if __name__ == "__main__":  # the workers' zygote
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m grader.sandbox.forkserver SOCKET (started by class mode)")
-    import torch  # noqa: F401 -- the point of the zygote
-
-    from . import worker
-
-    worker.prepare()
-    serve(sys.argv[1], _become_worker)
-    os._exit(0)  # skip tearing torch down: nothing is left to clean up

@@ -1,8 +1,8 @@
-"""Processes, read from ``/proc``: who descends from whom, who runs as whom, and killing them.
+"""Processes, read from ``/proc``: who descends from whom, and killing them.
 
 The one place that walks ``/proc`` (Linux; elsewhere every walker finds nothing).
-The sandbox kills a worker's session and a user's processes with it, class mode
-kills a grading's whole tree, and the fork servers wake on their children's exits
+A fork server's minder kills a worker's session, class mode kills a grading's
+whole tree, and the fork servers wake on their children's exits
 (:class:`ChildWakeups`). Only the standard library is imported here.
 """
 
@@ -46,6 +46,11 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    return [p for p in pids() if stat_fields(p)[1:2] == [str(pid)]]
+
+
 def session_members(sid: int) -> list[int]:
     """Processes in session ``sid`` (a sandbox's), e.g. children it left behind."""
     return [pid for pid in pids() if stat_fields(pid)[3:4] == [str(sid)]]
@@ -75,29 +80,6 @@ def stop_server(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def processes_of(uid: int) -> list[int]:
-    """Live processes with ``uid`` as their real, effective, saved or filesystem uid."""
-    pids, wanted = [], str(uid)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                text = f.read()
-        except OSError:
-            continue
-        state = uids = ""
-        for line in text.splitlines():
-            if line.startswith("State:"):
-                state = line.split()[1] if len(line.split()) > 1 else ""
-            elif line.startswith("Uid:"):
-                uids = line
-                break
-        if wanted in uids.split()[1:] and state not in ("Z", "X"):
-            pids.append(int(entry))
-    return pids
 
 
 def kill_tree(pgid: int) -> None:

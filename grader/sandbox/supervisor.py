@@ -8,9 +8,10 @@ exercise ``timeout`` plus a grace period (the worker stops a slow exercise
 itself; the grace is for code that ignores that). Whenever a worker ends, its
 whole session is killed, so stray children cannot outlive grading.
 
-When the grader runs as root (CI containers, Gradescope), a grading's workers
-run as an unprivileged user of their own (:mod:`grader.sandbox.users`), and
-:mod:`grader.sandbox.integrity` checks the grader's files after every exercise.
+Every worker is forked from a zygote (:mod:`grader.sandbox.zygote`) inside
+bubblewrap, into namespaces of its own; it measures them and says so on its
+"ready" line, which :attr:`Worker.measured` keeps. A confined worker that does
+not hold is never given student code.
 
 :func:`run` drives as many workers as needed: when one dies or is killed in the
 middle of an exercise, that exercise is charged and a fresh worker grades the
@@ -23,21 +24,18 @@ import os
 import pickle
 import re
 import select
+import shutil
 import signal
 import stat
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import forkserver as zygote
-from . import status
-from .limits import Limits, note, worker_env
-from .procs import kill_session
-from .users import User
+from . import allowlist, namespaces, status, zygote
+from .forkserver import Server
+from .limits import Limits, worker_env
 
 STARTUP_TIMEOUT = 120.0  # importing torch on a loaded machine; a grader problem if exceeded
 TAIL_CHARS = 1000
@@ -53,50 +51,48 @@ _SIGNALS = {
 
 
 class Worker:
-    """One worker process, started at once (it imports torch while the parent works)."""
+    """One worker, forked from ``server`` (a zygote, or the socket of class mode's) when
+    :meth:`send` gives it its job. ``confined``: whether that zygote is in the sandbox."""
 
-    def __init__(self, tmp: Path, n: int = 0, user: User | None = None):
-        self.dir = tmp
-        self.user = user
-        self.work = tmp / f"work{n}"
-        self.work.mkdir()
-        self.out = tmp / "out"
-        self.out.mkdir(exist_ok=True)
-        switch = []
-        if user is not None:
-            try:
-                # tmp itself (our stdout/stderr files) stays ours; the worker owns only its folders.
-                os.chmod(tmp, 0o711)
-                for d in (self.work, self.out):
-                    os.chown(d, user.uid, user.gid)
-                    os.chmod(d, 0o700)
-                switch = [user.arg]
-            except OSError as e:
-                user.dropped, self.user = False, None
-                note(f"the worker's folders could not be given to uid {user.uid} ({e}); student code runs as "
-                     "root this time, and only the integrity check protects the grader's files")
-        read_fd, write_fd = os.pipe()
+    def __init__(self, tmp: Path, server: Server | str, confined: bool):
+        self.dir, self.server, self.confined = tmp, server, confined
+        self.proc: zygote.Forked | None = None
+        self.measured: dict[str, str] = {}
+        socket_path = server if isinstance(server, str) else str(server.socket)
+        self.token = os.urandom(8).hex()
+        self.out = Path(socket_path).parent / self.token  # the worker's results, in the zygote's folder
+        self.work = tmp / f"work-{self.token}"
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
-        env = worker_env(self.work)
-        # In a class run, forked from the zygote (torch already imported); else a fresh interpreter.
-        self.proc: subprocess.Popen | zygote.Forked | None = zygote.spawn(
-            stdout=self._stdout.fileno(), stderr=self._stderr.fileno(), status=write_fd, cwd=self.work,
-            env=env, switch=switch)
-        if self.proc is None:
-            # -s -P with an environment we build ourselves: the isolation of -I, but our PYTHONHASHSEED.
-            flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
-            self.proc = subprocess.Popen(
-                [sys.executable, *flags, "-m", "grader.sandbox.worker", str(write_fd), *switch],
-                stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr,
-                cwd=self.work, env=env, start_new_session=True,
-                pass_fds=(write_fd,), close_fds=True,
-            )
-        os.close(write_fd)
-        self.status = read_fd
+        self.status, write_fd = os.pipe()
+        self._status_w = write_fd
         self._lines = status.Lines()
         self._eof = False
         self.sites: set[str] = set()  # the submission's own file names: a crash is placed in one of them
+
+    def start(self) -> str | None:
+        """Fork the worker; None, or why it could not be had."""
+        if isinstance(self.server, Server) and not self.server.wait_ready():
+            return allowlist.refusal(self.server.failure())
+        os.mkdir(self.out, 0o700)
+        if self.confined:
+            env = worker_env(Path(namespaces.WORK))
+            env.update(HOME=namespaces.HOME, PYTHONPATH=allowlist.LIB)
+            header = {"cwd": "/tmp", "env": env, "share": self.token}
+        else:
+            self.work.mkdir()
+            header = {"cwd": str(self.work), "env": worker_env(self.work)}
+        socket_path = self.server if isinstance(self.server, str) else self.server.socket
+        self.proc = zygote.spawn(socket_path, stdout=self._stdout.fileno(), stderr=self._stderr.fileno(),
+                                 status=self._status_w, header=header)
+        os.close(self._status_w)
+        self._status_w = -1
+        return None if self.proc is not None else "the workers' zygote did not answer"
+
+    @property
+    def out_dir(self) -> str:
+        """The results folder as the worker sees it."""
+        return namespaces.OUT if self.confined else str(self.out)
 
     def send(self, job: Any) -> None:
         """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
@@ -135,35 +131,25 @@ class Worker:
             return None
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def switched(self, ids: list[str]) -> None:
-        """The worker's real, effective and saved uids, as it said with "ready" (before student code)."""
-        if self.user is not None and ids != [str(self.user.uid)] * 3:
-            self.user.dropped = False
-            note(f"a grading worker did not switch to uid {self.user.uid} (it runs as uid "
-                 f"{','.join(ids) or '?'}); only the integrity check protects the grader's files")
+        return self.proc is not None and self.proc.poll() is None
 
     def rss_bytes(self) -> int:
-        try:
-            with open(f"/proc/{self.proc.pid}/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            return 0
+        return self.proc.rss if self.proc is not None else 0
 
     def stop(self) -> None:
-        """Kill the worker, its process group and anything else in its session."""
-        kill_session(self.proc.pid)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        """End the worker (closing its connection makes its minder kill its session, and its pid
+        namespace dies with it), then drop its folders."""
+        if self.proc is not None:
+            self.proc.end()
         for f in (self._stdout, self._stderr):
             f.close()
-        try:
-            os.close(self.status)
-        except OSError:
-            pass
+        for fd in (self.status, self._status_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        shutil.rmtree(self.out, ignore_errors=True)
+        shutil.rmtree(self.work, ignore_errors=True)
 
     def how_it_ended(self) -> str:
         rc = self.proc.returncode
@@ -266,46 +252,44 @@ class Handler(Protocol):
 
 
 def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Callable[[], set[int] | None],
-        limits: Limits, handler: Handler, tmp: Path, worker: Worker | None = None,
-        cell_label: Callable[[int], str] = str, user: User | None = None) -> None:
-    """Grade exercises ``pending`` (indices, in order), restarting workers as needed.
+        limits: Limits, handler: Handler, tmp: Path, server: Server | str, confined: bool,
+        cell_label: Callable[[int], str] = str) -> dict[str, str]:
+    """Grade exercises ``pending`` (indices, in order), forking workers from ``server`` as needed.
 
     ``make_job(indices)`` builds the job for a worker; ``found_of()`` gives the
-    indices the first load found (None if loading failed). ``worker`` may be
-    one already started; new ones run as ``user``.
+    indices the first load found (None if loading failed). Returns what the first
+    worker measured of its sandbox (empty if none started).
     """
     left = list(pending)
     n = 0
-    spare: Worker | None = None
-    try:
-        while left:
-            worker = worker or spare or Worker(tmp, n, user)
-            spare = None
-            n += 1
+    measured: dict[str, str] = {}
+    while left:
+        worker = Worker(tmp, server, confined)
+        n += 1
+        try:
+            why = worker.start()
+            if why is not None:
+                handler.grader_failed(why)
+                return measured
             job = make_job(left)
             worker.sites = {c.filename.strip("<>") for c in getattr(job, "cells", ())}
+            job.out_dir = worker.out_dir
             worker.send(job)
-            if n > 1:
-                # One crash often comes with more: have the next worker import torch meanwhile.
-                spare = Worker(tmp, n + 100, user)
             state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
-            try:
-                state.drive()
-            finally:
-                worker.stop()
-            found = found_of()
-            if state.fatal or found is None:
-                return
-            left = [i for i in left if i not in state.finished and i in found]
-            if state.bye:
-                # The worker said it finished: anything not reported is lost for good.
-                for i in left:
-                    handler.exercise_failed(i, "the worker finished without reporting it")
-                return
-            worker = None
-    finally:
-        if spare is not None:
-            spare.stop()
+            state.drive()
+        finally:
+            worker.stop()
+        measured = measured or worker.measured
+        found = found_of()
+        if state.fatal or found is None:
+            return measured
+        left = [i for i in left if i not in state.finished and i in found]
+        if state.bye:
+            # The worker said it finished: anything not reported is lost for good.
+            for i in left:
+                handler.exercise_failed(i, "the worker finished without reporting it")
+            return measured
+    return measured
 
 
 class _Drive:
@@ -336,13 +320,24 @@ class _Drive:
         from . import channel  # imports torch: not needed to start a worker
 
         word, args = status.parse(line)
-        ei = args[0] if args and word != "ready" else None
+        rest = [str(a) for a in args]
+        ei = args[0] if args and word not in ("ready", "refused") else None
+        if word == "refused" and self.phase == "startup":
+            self.fatal = True
+            self.h.grader_failed(allowlist.refusal(" ".join(rest)[:200] or "its namespaces were refused"))
+            self.phase = "bye"
+            return
         if word == "ready" and self.phase == "startup":
-            rest = [str(a) for a in args]
-            self.w.switched(rest[0].split(",") if rest else [])
-            hidden = next((r.split("=", 1)[1] for r in rest[1:] if r.startswith("hidden=")), "no")
-            if self.w.user is not None:
-                self.w.user.hidden = hidden.isdigit() and self.w.user.hidden is not False
+            if self.w.confined:
+                pairs = [r.split("=", 1) for r in rest[:8] if "=" in r and len(r) <= 40]
+                self.w.measured = {k: v for k, v in pairs}
+                broken = namespaces.holds(self.w.measured)
+                if broken is not None:
+                    self.w.stop()
+                    self.fatal = True
+                    self.h.grader_failed(f"the sandbox did not hold ({broken}); no student code was run")
+                    self.phase = "bye"
+                    return
             self.phase = "loading"
             self.deadline = time.monotonic() + self.limits.load_timeout
         elif word == "cell" and self.phase == "loading":

@@ -1,18 +1,16 @@
 """The sandboxed worker: runs student code, returns raw outcomes, judges nothing.
 
-Started by :mod:`grader.sandbox` as ``python -s -P -m grader.sandbox.worker STATUS_FD [UID:GID:KEEP]``
-(``-P`` where Python has it) in a fresh temporary folder, its own session, a
-scrubbed environment and limits. It never imports the reference (``attnmask``)
-or the checks' judges; it only
+Forked from the zygote (:mod:`grader.sandbox.zygote`), which imported torch
+inside the sandbox, into namespaces of its own (:mod:`grader.sandbox.namespaces`),
+with its own session, a scrubbed environment and limits. It never imports the
+reference (``attnmask``) or the checks' judges; it only
 
-1. imports torch (while the parent imports its own side),
-2. reads the :class:`Job` (cells to run and calls to make) from stdin, then
+1. reads the :class:`Job` (cells to run and calls to make) from stdin, then
    points stdin at /dev/null for the student's code,
-3. becomes UID:GID if given (the grader runs as root), for good: no other
-   groups, no capabilities but CAP_DAC_READ_SEARCH if KEEP is 1, no new
-   privileges; says "ready" with the uids it ended up with,
-4. runs the submission's cells (:func:`grader.submission.run_cells`),
-5. for each exercise, makes every call with :func:`grader.sandbox.execute.execute` and
+2. measures its confinement from inside and says "ready" with what it found;
+   if the sandbox does not hold, it stops there, before any student code,
+3. runs the submission's cells (:func:`grader.submission.run_cells`),
+4. for each exercise, makes every call with :func:`grader.sandbox.execute.execute` and
    writes the outcomes of each check to its own file (:mod:`grader.sandbox.channel`),
    announcing progress with one line per event on the status pipe.
 
@@ -38,7 +36,7 @@ import torch
 from .. import fnspecs, fused, rules  # noqa: F401 -- fnspecs, fused: imported before the course is hidden
 from ..spec import Call, Outcome
 from ..submission import Cell, pick, run_cells
-from . import channel, confine, deferred
+from . import channel, deferred, namespaces
 from .execute import execute_limited, reseed
 from .limits import CALL_SEED, NOT_RUN, TIME_LIMIT
 
@@ -61,7 +59,7 @@ class Job:
     exercise_budget: float
     memory_bytes: int | None = None
     helpers: dict[str, str] = field(default_factory=dict)
-    hide: list[str] = field(default_factory=list)  # paths student code must not see (grader.sandbox.confine)
+    secrets: list[str] = field(default_factory=list)  # paths the worker must not see: it counts those it does
 
 
 class _Status:
@@ -137,42 +135,6 @@ def _vm_size() -> int:
     return 0
 
 
-def _switch_user(arg: str) -> None:
-    """Become UID:GID for good, keeping CAP_DAC_READ_SEARCH if KEEP is 1 (before any student code).
-
-    A failure leaves us as we are: the parent sees the uids on the "ready" line.
-    """
-    uid, gid, keep = (int(x) for x in arg.split(":"))
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_keepcaps, pr_set_no_new_privs = 8, 38
-    try:
-        if keep:
-            libc.prctl(pr_set_keepcaps, 1, 0, 0, 0)  # the permitted set survives the switch
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-        if keep:
-            # capset(2), version 3: effective = permitted = {CAP_DAC_READ_SEARCH}, inheritable = {}.
-            header = (ctypes.c_uint32 * 2)(0x20080522, 0)
-            data = (ctypes.c_uint32 * 6)(1 << 2, 1 << 2, 0, 0, 0, 0)
-            libc.capset(header, data)
-            libc.prctl(pr_set_keepcaps, 0, 0, 0, 0)
-    except OSError:
-        pass
-    libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0)  # setuid programs cannot give root back
-
-
-def _hide(paths: list[str]) -> str:
-    """Cover ``paths`` (as root only: a mount namespace needs CAP_SYS_ADMIN). Returns
-    what the "ready" line says: the number of mounts, "no" or "failed"."""
-    if not paths or os.geteuid() != 0:
-        return "no"
-    try:
-        return str(confine.hide(paths))
-    except OSError:
-        return "failed"
-
-
 def _set_limits(job: Job) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # A print loop or a file-writing loop must not fill the disk: writes past this fail (EFBIG).
@@ -246,12 +208,13 @@ def prepare() -> None:
 
 
 def main() -> None:
+    """``python -m grader.sandbox.worker STATUS_FD``: a worker without the sandbox (for tests)."""
     prepare()
-    serve(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
+    serve(int(sys.argv[1]), confined=False)
 
 
-def serve(status_fd: int, switch: str | None) -> None:
-    """Read the job from stdin, become ``switch`` (UID:GID:KEEP) if given, run it; never returns."""
+def serve(status_fd: int, confined: bool) -> None:
+    """Read the job from stdin, measure the sandbox (when ``confined``), run the job; never returns."""
     status = _Status(status_fd)
     job: Job = pickle.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -259,16 +222,19 @@ def serve(status_fd: int, switch: str | None) -> None:
     if devnull != 0:
         os.close(devnull)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- the student's stdin is empty
-    hidden = _hide(job.hide) if switch else "no"  # with the switch to a user of its own, as root
-    if switch:
-        _switch_user(switch)
-    status.send("ready " + ",".join(map(str, os.getresuid())) + f" hidden={hidden}")
+    if confined:
+        measured = namespaces.measure(job.secrets)
+        status.send("ready " + " ".join(f"{k}={v}" for k, v in measured.items()))
+        if namespaces.holds(measured) is not None:
+            os._exit(3)  # the parent says why; no student code runs outside the sandbox
+    else:
+        status.send("ready unconfined")
 
     _set_limits(job)
     # A crash in C (a segfault) prints the Python stack to stderr: the parent reads the student's line there.
     faulthandler.enable(file=sys.__stderr__, all_threads=False)
     rules.block_imports()
-    rules.block_reference_files(rules.reference_folders(job.hide))
+    rules.block_reference_files(rules.reference_folders(job.secrets))
     _neutralise_notebook_check()
     forbid = rules.forbid_torch_apis()
     forbid.__enter__()  # for the life of the worker

@@ -1,4 +1,4 @@
-"""A correct solution of the seventeen exercises, written from the contract alone
+"""A correct solution of every exercise, written from the contract alone
 (no attnmask), the way a careful student would: float32 accumulation for
 float16/bfloat16, masked_fill(-inf) before the softmax, zeros for fully masked
 rows. Every check must pass it."""
@@ -120,3 +120,71 @@ def alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
     j = torch.arange(Lk, device=device)[None, :]
     bias = s[:, None, None] * (j - i)  # (H, Lq, Lk)
     return bias.masked_fill(j > i, float("-inf")).to(dtype)
+
+
+def tiled_attention(q, k, v, mask=None, tile=64):
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = mask.expand(B, H, Lq, Lk)  # a view
+    x = q.float() / math.sqrt(d)
+    m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
+    total = torch.zeros(B, H, Lq, 1, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], device=q.device)
+    for start in range(0, Lk, tile):
+        keep = None if mask is None else mask[:, :, :, start:start + tile]
+        if keep is not None and not keep.any():
+            continue
+        s = x @ k[:, :, start:start + tile].float().transpose(-2, -1)  # (B, H, Lq, t)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)).detach()
+        safe = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - safe)
+        alpha = torch.exp(m - safe)
+        total = total * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v[:, :, start:start + tile].float()
+        m = m_new
+    # total >= 1 for a row with an allowed key (its max contributes exp(0)); 0 for an empty row
+    return (acc / total.clamp(min=1.0)).to(q.dtype)
+
+
+def image_text_mask(is_image, attention_mask):
+    L = is_image.shape[1]
+    prev = torch.cat([torch.zeros_like(is_image[:, :1]), is_image[:, :-1]], dim=1)
+    run = (is_image & ~prev).long().cumsum(dim=1) * is_image.long()  # (B, L): run number, 0 at text
+    same = (run[:, :, None] == run[:, None, :]) & (run[:, :, None] > 0)  # (B, L, L)
+    causal = torch.ones(L, L, dtype=torch.bool, device=is_image.device).tril()
+    return ((causal | same) & (attention_mask[:, None, :] != 0))[:, None]
+
+
+def rolling_cache_mask(slot_pos, q_pos, window):
+    s, p = slot_pos[:, None, None, :], q_pos[:, None, :, None]  # (B, 1, 1, W), (B, 1, Lq, 1)
+    return (s >= 0) & (s <= p) & (p - s < window)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, context_lens):
+    B, H, Lq, d = q.shape
+    S = k_cache.shape[2]
+    n_keys = block_table.shape[1] * S
+    p = torch.arange(n_keys, device=q.device)  # (M*S,)
+    phys = block_table[:, p // S].clamp(min=0)  # (B, M*S): physical block of each position
+    k = k_cache[phys, :, p % S].transpose(1, 2)  # (B, H, M*S, d)
+    v = v_cache[phys, :, p % S].transpose(1, 2)  # (B, H, M*S, dv)
+    q_pos = context_lens[:, None] - Lq + torch.arange(Lq, device=q.device)  # (B, Lq)
+    mask = (p[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, Lq, M*S)
+    out, _ = attention(q, k, v, mask)
+    return out
+
+
+def tree_mask(parents, past_len):
+    N = parents.shape[0]
+    idx = torch.arange(N, device=parents.device)
+    parent = (parents[:, None] == idx[None, :]).float()  # (N, N): one-hot parent
+    anc = torch.eye(N, device=parents.device)
+    step = torch.eye(N, device=parents.device)
+    for _ in range(N):  # walk one generation up per step
+        step = step @ parent
+        anc = anc + step
+    past = torch.ones(N, past_len, dtype=torch.bool, device=parents.device)
+    return torch.cat([past, anc > 0], dim=1)

@@ -15,6 +15,8 @@ import torch
 
 from . import correct as ok
 from . import real_models as rm
+from . import serving as sv
+from . import tiled as tl
 
 
 @dataclass(frozen=True)
@@ -528,6 +530,14 @@ BUGS: list[Bug] = [
     Bug("document_mask", document_no_causal, "doc_no_causal"),
     Bug("document_mask", document_contiguous, "doc_contiguous"),
     Bug("document_mask", document_inverted, "inverted"),
+    Bug("tiled_attention", tl.tiled_no_rescale, "no_rescale"),
+    Bug("tiled_attention", tl.tiled_no_guard, "tile_nan"),
+    Bug("tiled_attention", tl.tiled_drops_last_tile, "last_tile"),
+    Bug("tiled_attention", tl.tiled_pads_keys, "last_tile"),
+    Bug("tiled_attention", tl.tiled_no_skip, "tile_not_skipped"),
+    Bug("tiled_attention", tl.tiled_nan_rows, "nan_rows"),
+    Bug("tiled_attention", tl.tiled_full_scores, "full_scores"),
+    Bug("tiled_attention", tl.tiled_one_tile, "full_scores"),
     Bug("left_padding_position_ids", rm.positions_count_padding, "counts_padding"),
     Bug("left_padding_position_ids", rm.positions_from_1, "positions_from_1"),
     Bug("left_padding_position_ids", rm.positions_hf_fill, "padding_not_zero"),
@@ -549,4 +559,29 @@ BUGS: list[Bug] = [
     Bug("alibi_bias", rm.alibi_key_form, "alibi_key_form"),
     Bug("alibi_bias", rm.alibi_reversed, "alibi_reversed"),
     Bug("alibi_bias", rm.alibi_finite, "alibi_finite"),
+    Bug("image_text_mask", sv.image_one_block, "image_one_block"),
+    Bug("image_text_mask", sv.image_padding_reaches_block, "image_padding"),
+    Bug("image_text_mask", sv.image_causal_only, "image_causal"),
+    Bug("image_text_mask", sv.image_keys_only, "image_keys_only"),
+    Bug("image_text_mask", sv.image_no_padding, "image_no_padding"),
+    Bug("rolling_cache_mask", sv.rolling_slot_as_position, "slot_as_position"),
+    Bug("rolling_cache_mask", sv.rolling_window_le, "window_off_by_one"),
+    Bug("rolling_cache_mask", sv.rolling_empty_visible, "empty_slots"),
+    Bug("rolling_cache_mask", sv.rolling_future_visible, "ring_future"),
+    Bug("rolling_cache_mask", sv.rolling_no_window, "ring_no_window"),
+    Bug("rolling_cache_mask", sv.rolling_window_from_slots, "ring_no_window"),
+    Bug("paged_attention", sv.paged_top_left, "top_left"),
+    Bug("paged_attention", sv.paged_logical_block, "paged_logical"),
+    Bug("paged_attention", sv.paged_whole_blocks, "paged_past_len"),
+    Bug("paged_attention", sv.paged_no_causal, "paged_no_causal"),
+    Bug("paged_attention", sv.paged_position_off, "paged_position_off"),
+    Bug("paged_attention", sv.paged_scale_dv, "1/sqrt(dv)"),
+    Bug("paged_attention", sv.paged_detached, "no gradient reaches k_cache"),
+    Bug("tree_mask", sv.tree_siblings, "tree_siblings"),
+    Bug("tree_mask", sv.tree_chain, "tree_chain"),
+    Bug("tree_mask", sv.tree_no_cache, "tree_no_cache"),
+    Bug("tree_mask", sv.tree_parent_only, "tree_parent_only"),
+    Bug("tree_mask", sv.tree_no_self, "tree_no_self"),
+    Bug("tree_mask", sv.tree_descendants, "tree_descendants"),
+    Bug("tree_mask", sv.tree_top_left, "tree_top_left"),
 ]

@@ -16,11 +16,14 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     decoder_mask,
     document_mask,
     encoder_decoder_masks,
+    image_text_mask,
     left_padding_position_ids,
     packed_labels,
     padding_mask,
     prefix_lm_mask,
+    rolling_cache_mask,
     sliding_window_mask,
+    tree_mask,
 )
 
 
@@ -96,3 +99,45 @@ def alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
     i = torch.arange(Lk - Lq, Lk, device=device, dtype=dtype)[:, None]
     j = torch.arange(Lk, device=device, dtype=dtype)[None, :]
     return torch.where(j <= i, slopes[:, None, None] * (j - i), float("-inf"))
+
+
+def tiled_attention(q, k, v, mask=None, tile=64):
+    """In the inputs' dtype throughout, with a finite starting max instead of a
+    -inf guard, and the key tiles cut up front with torch.split."""
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    low = torch.finfo(q.dtype).min  # exp(-inf - low) = 0: a row with nothing allowed yet stays 0
+    m = torch.full((B, H, Lq, 1), low, dtype=q.dtype, device=q.device)
+    total = torch.zeros(B, H, Lq, 1, dtype=q.dtype, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], dtype=q.dtype, device=q.device)
+    q = q / math.sqrt(d)
+    masks = [None] * len(range(0, Lk, tile)) if mask is None else \
+        torch.broadcast_to(mask, (B, H, Lq, Lk)).split(tile, dim=-1)
+    for kt, vt, keep in zip(k.split(tile, dim=2), v.split(tile, dim=2), masks):
+        if keep is not None and not bool(keep.any()):
+            continue
+        s = q @ kt.transpose(-2, -1)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)).detach()
+        p = torch.exp(s - m_new)
+        alpha = torch.exp(m - m_new)
+        total = total * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ vt
+        m = m_new
+    return acc / torch.where(total == 0, 1.0, total)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, context_lens):
+    B, H, Lq, d = q.shape
+    N, _, S, _ = k_cache.shape
+    flat_k = k_cache.transpose(1, 2).reshape(N * S, H, d)  # (N*S, H, d): one row per physical slot
+    flat_v = v_cache.transpose(1, 2).reshape(N * S, H, -1)
+    # (B, M*S): the physical slot of each logical position
+    slot = (block_table.clamp(min=0)[:, :, None] * S + torch.arange(S, device=q.device)).flatten(1)
+    k = flat_k[slot].permute(0, 2, 1, 3)  # (B, H, M*S, d)
+    v = flat_v[slot].permute(0, 2, 1, 3)
+    pos = torch.arange(slot.shape[1], device=q.device)
+    last = (context_lens[:, None] - Lq + torch.arange(Lq, device=q.device))[:, None, :, None]  # (B, 1, Lq, 1)
+    out, _ = attention(q, k, v, pos <= last)
+    return out

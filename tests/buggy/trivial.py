@@ -52,6 +52,9 @@ def _shapes(name: str, args: tuple, kwargs: dict) -> tuple[list[tuple[tuple, tor
         return [(tuple(mask.shape), dtype)], dev
     if name == "masked_softmax":
         return [(tuple(args[0].shape), args[0].dtype)], dev
+    if name == "tiled_attention":
+        q, v = args[0], args[2]
+        return [((*q.shape[:-1], v.shape[-1]), q.dtype)], dev
     if name in ("attention", "kv_cache_attention"):
         q, k, v = args[0], args[1], args[2]
         lead, lq = tuple(q.shape[:-2]), q.shape[-2]
@@ -144,6 +147,7 @@ IDENTITY = {
     "prefix_lm_mask": lambda n, prefix_len, *, device=None: am.causal_mask(n, device=device),
     "document_mask": lambda doc_ids: _batched(am.causal_mask(doc_ids.shape[1], device=doc_ids.device),
                                               doc_ids.shape[0]),
+    "tiled_attention": lambda q, k, v, mask=None, tile=64: _unmasked_attention(q, k, v)[0],
 }
 """Where the mask is the point, the exercise computed as if there were none: the
 plain causal triangle for the masks built on top of it, unmasked softmax and
@@ -162,7 +166,7 @@ TRANSPOSED = {
     "document_mask": lambda doc_ids: _t(am.document_mask(doc_ids)),
 }
 
-EXERCISES = tuple(am.CONTRACT[:13])  # chapter 9's trivial code is in tests/test_real_models.py
+EXERCISES = (*am.CONTRACT[:13], "tiled_attention")  # chapter 9's trivial code is in tests/test_real_models.py
 
 TRIVIAL: dict[str, dict[str, object]] = {
     **{style: {name: _constant(name, fill) for name in EXERCISES} for style, fill in FILLS.items()},

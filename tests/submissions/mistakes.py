@@ -92,6 +92,30 @@ def document_mask(doc_ids):
     return same[:, None]  # forgot the causal part
 
 
+def tiled_attention(q, k, v, mask=None, tile=64):
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (B, H, Lq, Lk))
+    m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
+    l = torch.zeros(B, H, Lq, 1, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], device=q.device)
+    for c in range(0, Lk, tile):
+        keep = None if mask is None else mask[..., c:c + tile]
+        if keep is not None and not keep.any():
+            continue
+        s = q.float() @ k[:, :, c:c + tile].float().transpose(-2, -1) / math.sqrt(d)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
+        p = torch.exp(s - shift)
+        l = l + p.sum(dim=-1, keepdim=True)  # forgot to rescale the running sum by exp(m - shift)
+        acc = acc * torch.exp(m - shift) + p @ v[:, :, c:c + tile].float()
+        m = m_new
+    return (acc / l.clamp(min=1.0)).to(q.dtype)
+
+
 def left_padding_position_ids(keep):
     pos = torch.arange(keep.shape[1], device=keep.device).expand(keep.shape)
     return torch.where(keep, pos, 0)  # counts the padding: a left-padded row starts late
@@ -118,3 +142,40 @@ def alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
     i = torch.arange(Lq, device=device)[:, None] + (Lk - Lq)
     j = torch.arange(Lk, device=device)[None, :]
     return (slopes[:, None, None] * (j - i)).masked_fill(j > i, float("-inf")).to(dtype)
+
+
+def image_text_mask(is_image, attention_mask):
+    L = is_image.shape[1]
+    both = is_image[:, :, None] & is_image[:, None, :]  # token types compared: every image is one block
+    causal = torch.ones(L, L, dtype=torch.bool, device=is_image.device).tril()
+    return ((causal | both) & attention_mask.bool()[:, None, :])[:, None]
+
+
+def rolling_cache_mask(slot_pos, q_pos, window):
+    j, p = slot_pos[:, None, :], q_pos[:, :, None]
+    return ((j >= 0) & (j <= p) & (p - j <= window))[:, None]  # one key too many
+
+
+def paged_attention(q, k_cache, v_cache, block_table, context_lens):
+    B, H, Lq, d = q.shape
+    M, S = block_table.shape[1], k_cache.shape[2]
+    k = k_cache[:M].permute(1, 0, 2, 3).reshape(H, M * S, d)  # logical block p read as physical block p
+    v = v_cache[:M].permute(1, 0, 2, 3).reshape(H, M * S, -1)
+    p = torch.arange(M * S, device=q.device)
+    q_pos = context_lens[:, None] - Lq + torch.arange(Lq, device=q.device)
+    mask = (p[None, None, :] <= q_pos[:, :, None])[:, None]
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(d)
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).to(q.dtype) @ v
+
+
+def tree_mask(parents, past_len):
+    N = parents.shape[0]
+    idx = torch.arange(N, device=parents.device)
+    parent = (parents[:, None] == idx[None, :]).float()
+    step = reach = torch.eye(N, device=parents.device)
+    for _ in range(N):
+        step = step @ parent
+        reach = reach + step
+    siblings = parents[:, None] == parents[None, :]  # alternatives seen as context
+    past = torch.ones(N, past_len, dtype=torch.bool, device=parents.device)
+    return torch.cat([past, (reach > 0) | siblings], dim=1)

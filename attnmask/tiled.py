@@ -1,0 +1,92 @@
+"""Attention one key tile at a time: the online softmax of chapter 8.
+
+For each query row it keeps a running max ``m`` of the scores seen so far, a
+running sum ``l`` of ``exp(score - m)`` and a running sum ``acc`` of
+``exp(score - m) * value``. A tile that raises the max rescales ``l`` and
+``acc`` by ``exp(m_old - m_new)`` first; after the last tile ``acc / l`` is the
+softmax-weighted average of the values. Only one ``(B, H, Lq, tile)`` block of
+scores exists at a time, and a key tile whose mask is all False is skipped
+without reading its keys or values: it would only add zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .attention import check_qkv
+from .masks import broadcast_mask
+
+__all__ = ["tiled_attention"]
+
+_UPCAST = (torch.float16, torch.bfloat16)
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    tile: int = 64,
+    *,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Scaled dot-product attention over key tiles with the online softmax.
+
+    Args:
+        q: ``(B, H, Lq, d)``; k: ``(B, H, Lk, d)``; v: ``(B, H, Lk, dv)``, one
+            dtype and device.
+        mask: bool, True = may attend, broadcastable to ``(B, H, Lq, Lk)``; or
+            ``None`` for full attention.
+        tile: keys per tile, any ``tile >= 1``; the last tile holds the
+            ``Lk % tile`` keys left over when ``tile`` does not divide ``Lk``.
+        scale: multiplier of the scores, default ``1 / sqrt(d)``.
+
+    Returns:
+        ``(B, H, Lq, dv)`` in q's dtype: the output of
+        :func:`attnmask.attention`, zeros for a query row with no allowed key.
+        float16/bfloat16 are accumulated in float32. Tiles whose mask is all
+        False are skipped: their keys and values are never read.
+    """
+    check_qkv(q, k, v)
+    if q.dim() != 4:
+        raise ValueError(f"q has shape {tuple(q.shape)}; expected (B, H, Lq, d)")
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
+        raise ValueError(f"tile must be an int >= 1; got {tile!r}")
+    B, H, Lq, d = q.shape
+    Lk, dv = k.shape[-2], v.shape[-1]
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(f"mask must be torch.bool (True = may attend); got {got}")
+        if mask.device != q.device:
+            raise ValueError(f"mask is on {mask.device} but q is on {q.device}; "
+                             "build the mask on the inputs' device")
+        mask = broadcast_mask(mask, (B, H, Lq, Lk))  # a view: nothing is copied
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    work = torch.float32 if q.dtype in _UPCAST else q.dtype
+    qs = q.to(work) * scale  # (B, H, Lq, d)
+    m = torch.full((B, H, Lq, 1), float("-inf"), dtype=work, device=q.device)  # running max
+    l = torch.zeros(B, H, Lq, 1, dtype=work, device=q.device)  # running sum of exp(s - m)
+    acc = torch.zeros(B, H, Lq, dv, dtype=work, device=q.device)  # running sum of exp(s - m) v
+    for c in range(0, Lk, tile):  # slicing stops at Lk: the last tile may be partial
+        allowed = None if mask is None else mask[..., c:c + tile]  # (B, H, Lq, t)
+        if allowed is not None and not bool(allowed.any()):
+            continue  # every weight in this tile is 0: skip it, keys and values unread
+        s = qs @ k[..., c:c + tile, :].to(work).transpose(-2, -1)  # (B, H, Lq, t)
+        if allowed is not None:
+            s = s.masked_fill(~allowed, float("-inf"))
+        # The max is a shift that cancels in acc / l: no gradient flows through it.
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)).detach()
+        # A row with no allowed key so far has m_new = -inf, and exp(-inf - (-inf))
+        # is NaN: shift such rows by 0 instead, so their terms are exp(-inf) = 0.
+        shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        rescale = torch.exp(m - shift)  # moves the old sums to the new max
+        p = torch.exp(s - shift)  # (B, H, Lq, t)
+        l = l * rescale + p.sum(dim=-1, keepdim=True)
+        acc = acc * rescale + p @ v[..., c:c + tile, :].to(work)
+        m = m_new
+    # A row with no allowed key has l = 0 and acc = 0: divide by 1, not by 0.
+    out = acc / l.masked_fill(l == 0, 1.0)  # (B, H, Lq, dv)
+    return out.to(q.dtype)

@@ -1,0 +1,223 @@
+"""Similarity flags: pairs of submitted functions too alike to have been written apart.
+
+Per exercise, each student's function is compared with every other student's and with
+the reference (``solutions/`` and ``attnmask``'s source). Both sides are normalised
+first (:func:`tokens`): names the function binds (arguments, locals) become ``v0, v1, …``
+in order of first use, constants become their type, docstrings, annotations, comments
+and formatting disappear; what the code *calls* (``torch.tril``, ``masked_fill``) stays.
+Two functions are compared by the Jaccard similarity of their sets of 5-token runs;
+a pair at or above :data:`THRESHOLD` is flagged. A function with fewer than
+:data:`MIN_SHINGLES` distinct runs is not compared at all: a one-line ``causal_mask``
+can only be written a few ways, and two students writing it alike says nothing.
+
+A flag is information for the instructor, not a grade change: nothing here touches a score.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from .. import submission
+
+THRESHOLD = 0.8
+MIN_SHINGLES = 40
+K = 5
+FUNCTIONS_FILE = "functions.json"
+NOTE = ("A flag is information, not a grade change: two functions that normalise alike may come from a "
+        "shared study session, a hint in class or the same textbook line. Read the two side by side, talk "
+        "to the students, and decide; the grader has changed no score.")
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def functions_in(path: Path, names: Iterable[str]) -> dict[str, str]:
+    """The source of each top-level function of ``names`` a submission defines (the last
+    definition wins, as when the notebook runs). Files reached through a link that leaves
+    the submission are not read."""
+    wanted, found = set(names), {}
+    if path is None or not path.exists():
+        return {}
+    root = path.resolve() if path.is_dir() else path.resolve().parent
+    files = [path] if path.is_file() else submission.files_in(path)
+    for f in files:
+        if f.is_symlink() or not f.resolve().is_relative_to(root):
+            continue
+        try:
+            text = f.read_text(encoding="utf-8-sig")
+            cells = (submission.notebook_cells(text, f.name) if f.suffix == ".ipynb"
+                     else submission.python_cells(text, f.name))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        for cell in cells:
+            tree = submission.parse(cell.source)
+            if not isinstance(tree, ast.Module):
+                continue
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef) and node.name in wanted:
+                    seg = ast.get_source_segment(cell.source, node)
+                    if seg:
+                        found[node.name] = seg
+    return found
+
+
+def save_functions(path: Path | None, folder: Path, exercises: Sequence[str]) -> None:
+    """OUT/STUDENT/functions.json: the student's graded functions, for the class report."""
+    if path is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FUNCTIONS_FILE).write_text(json.dumps(functions_in(path, exercises), indent=1))
+
+
+class _Normalise(ast.NodeTransformer):
+    def __init__(self, bound: dict[str, str]):
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.Name(id=self.bound.get(node.id, node.id), ctx=node.ctx)
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        return ast.arg(arg=self.bound.get(node.arg, node.arg), annotation=None)
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return ast.Constant(value=type(node.value).__name__)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant):
+            return self.visit_Constant(node.operand)  # -1 is a constant as 1 is
+        return self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        node.body, node.returns, node.name = body or [ast.Pass()], None, "f"
+        return self.generic_visit(node)
+
+
+@lru_cache(maxsize=4096)
+def tokens(source: str) -> tuple[str, ...]:
+    """The normalised token sequence of one function's source (empty when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        names = [node.arg] if isinstance(node, ast.arg) else (
+            [node.id] if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) else [])
+        for n in names:
+            bound.setdefault(n, f"v{len(bound)}")
+    tree = _Normalise(bound).visit(tree)
+    dumped = ast.dump(tree, annotate_fields=False)
+    return tuple(re.findall(r"[A-Za-z_][A-Za-z_0-9]*|[^\sA-Za-z_0-9,()']", dumped))
+
+
+def shingles(source: str) -> frozenset[tuple[str, ...]]:
+    t = tokens(source)
+    return frozenset(t[i:i + K] for i in range(max(0, len(t) - K + 1)))
+
+
+def similarity(a: str, b: str) -> float:
+    """Jaccard similarity of two functions' normalised 5-token runs, in [0, 1]."""
+    sa, sb = shingles(a), shingles(b)
+    return len(sa & sb) / len(sa | sb) if sa and sb else 0.0
+
+
+def references(exercises: Sequence[str], repo: Path = _REPO) -> dict[str, list[tuple[str, str]]]:
+    """exercise -> [(where, source)] from solutions/ and attnmask/ (those that exist here)."""
+    out: dict[str, list[tuple[str, str]]] = {e: [] for e in exercises}
+    for folder in ("solutions", "attnmask"):
+        if not (repo / folder).is_dir():
+            continue
+        for f in submission.files_in(repo / folder):
+            for name, src in functions_in(f, exercises).items():
+                out[name].append((f"reference: {folder}/{f.relative_to(repo / folder).as_posix()}", src))
+    return out
+
+
+@dataclass
+class Flag:
+    exercise: str
+    a: str
+    b: str  # another student, or "reference: …"
+    score: float
+    a_source: str
+    b_source: str
+    others: list[str] = field(default_factory=list)  # more students in the same group as a and b
+
+
+def grouped(found: Sequence[Flag]) -> list[Flag]:
+    """One flag per group of students linked by flagged pairs (per exercise and reference):
+    a function shared by ten students is one finding, not forty-five pairs."""
+    out: list[Flag] = []
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(x: tuple[str, str]) -> tuple[str, str]:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for f in found:
+        if not f.b.startswith("reference:"):
+            parent[root((f.exercise, f.b))] = root((f.exercise, f.a))
+    best: dict[tuple[str, str], Flag] = {}
+    members: dict[tuple[str, str], set[str]] = {}
+    for f in found:
+        # students alike, or students who match one reference: one group each
+        to_reference = f.b.startswith("reference:")
+        r = (f.exercise, f.b) if to_reference else root((f.exercise, f.a))
+        members.setdefault(r, set()).update((f.a,) if to_reference else (f.a, f.b))
+        if r not in best or f.score > best[r].score:
+            best[r] = f
+    for r, f in best.items():
+        f.others = sorted(members[r] - {f.a, f.b})
+        out.append(f)
+    return sorted(out, key=lambda f: (-f.score, f.exercise, f.a, f.b))
+
+
+def flags(students: dict[str, dict[str, str]], exercises: Sequence[str], *, threshold: float = THRESHOLD,
+          refs: dict[str, list[tuple[str, str]]] | None = None) -> list[Flag]:
+    """Pairs at or above ``threshold``, most similar first. ``students``: name -> {exercise: source}.
+
+    Students whose functions normalise to the same tokens are compared once, as one: each
+    of them is flagged with the first (a chain that :func:`grouped` turns into one group)."""
+    refs = references(exercises) if refs is None else refs
+    out = []
+    for ex in exercises:
+        alike: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for n, fns in sorted(students.items()):
+            if ex in fns and len(shingles(fns[ex])) >= MIN_SHINGLES:
+                alike.setdefault(tokens(fns[ex]), []).append((n, fns[ex]))
+        for same in alike.values():
+            out += [Flag(ex, same[0][0], b, 1.0, same[0][1], sb) for b, sb in same[1:]]
+        for ((a, sa), *_), ((b, sb), *_) in itertools.combinations(alike.values(), 2):
+            s = similarity(sa, sb)
+            if s >= threshold:
+                out.append(Flag(ex, a, b, round(s, 3), sa, sb))
+        for same in alike.values():
+            best = max(((similarity(same[0][1], rs), where, rs) for where, rs in refs.get(ex, [])),
+                       default=None)
+            if best is not None and best[0] >= threshold:
+                out += [Flag(ex, a, best[1], round(best[0], 3), sa, best[2]) for a, sa in same]
+    return sorted(out, key=lambda f: (-f.score, f.exercise, f.a, f.b))
+
+
+def load_students(out: Path, rows: Sequence[dict]) -> dict[str, dict[str, str]]:
+    """name -> {exercise: source} from each graded student's OUT/slug/functions.json."""
+    found = {}
+    for r in rows:
+        if not r.get("slug"):
+            continue
+        try:
+            data = json.loads((out / r["slug"] / FUNCTIONS_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            found[r["student"]] = {k: v for k, v in data.items() if isinstance(v, str)}
+    return found

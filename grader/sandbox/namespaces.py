@@ -1,0 +1,175 @@
+"""One grading's namespaces, made inside the zygote's sandbox, and what the worker measures of them.
+
+The zygote runs inside bubblewrap (:mod:`grader.sandbox.allowlist`) with torch
+imported; every worker is forked from it. Forked processes would share the
+zygote's ``/tmp``, ``/dev/shm``, SysV memory, abstract sockets and processes, so
+before any student code runs a worker (:func:`isolate`)
+
+1. unshares new user, mount, pid, ipc and network namespaces (the kernel gives it
+   every capability in the new user namespace, over those namespaces only);
+2. forks: its child is process 1 of the new pid namespace, and when it ends the
+   kernel kills everything left in that namespace, whatever it forked;
+3. mounts empty tmpfs over ``/run`` (where its working folder, home and results
+   folder are: :data:`WORK`, :data:`HOME`, :data:`OUT`, the last its own folder of
+   the zygote's shared one, bound back alone), ``/dev/shm``, and ``/tmp`` unless
+   Python lives there (then /tmp stays the sandbox's, read-only);
+4. drops every capability, for good (bounding set, then capset), with no new
+   privileges: it runs as uid 65534 and cannot undo a mount.
+
+Its ``/proc`` stays the sandbox's: it lists the zygote and the workers of the
+same class run by pid and command line, but their memory, descriptors and
+environment are another user namespace's, closed to it, and it cannot signal
+them (they are outside its pid namespace). A /proc of its own cannot be
+mounted: bubblewrap's read-only covers of ``/proc/sys`` are locked in place.
+
+:func:`measure` is what the worker then reports on its "ready" line, from inside.
+Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+#: Where a worker finds its results folder, its working folder and its home.
+OUT, WORK, HOME = "/run/out", "/run/work", "/run/home"
+UID = 65534
+_NEWNS, _NEWUSER, _NEWPID, _NEWNET, _NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 24, 38, 1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Refused(OSError):
+    """A namespace, mount or capability change the kernel refused."""
+
+
+def _call(what: str, result: int) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise Refused(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    source_b, fstype_b, data_b = (None if v is None else v.encode() for v in (source, fstype, data))
+    _call(f"mount {target}", _libc.mount(source_b, target.encode(), fstype_b, flags, data_b))
+
+
+def drop_capabilities() -> None:
+    """Every capability, for good: the bounding set, then effective, permitted and inheritable."""
+    for cap in range(64):
+        _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: nothing to drop
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    _call("capset", _libc.capset(header, (ctypes.c_uint32 * 6)()))
+    _call("no_new_privs", _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+
+
+def isolate(share: str) -> None:
+    """Move this process into namespaces of its own (see the module's docstring), as process 1
+    of a new pid namespace. ``share``: the folder under the zygote's shared folder that
+    becomes :data:`OUT`. Returns in process 1; the process that called it waits for that one
+    and exits as it does. Raises :class:`Refused` before any of it took effect in part."""
+    uid, gid = os.getuid(), os.getgid()
+    _call("unshare", _libc.unshare(_NEWUSER | _NEWNS | _NEWPID | _NEWNET | _NEWIPC))
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{UID} {uid} 1"), ("gid_map", f"{UID} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    pid = os.fork()
+    if pid:
+        _relay(pid)
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the minder kills the process above
+    os.setsid()  # a session of its own, inside its pid namespace
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    results = os.open(share, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    _mount("tmpfs", "/run", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1g,mode=0755")  # the rest of /run: gone
+    for folder in (OUT, WORK, HOME):
+        os.mkdir(folder, 0o700)
+    _mount(f"/proc/self/fd/{results}", OUT, None, _MS_BIND)
+    os.close(results)
+    if not os.listdir("/tmp"):
+        _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=256m,mode=1777")
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64m,mode=1777")
+    os.chdir(WORK)
+    drop_capabilities()
+
+
+def _relay(pid: int) -> None:
+    """In the process that called :func:`isolate`: wait for process 1 and end as it did."""
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 1)
+
+
+def _status_field(name: str) -> str:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split()[1]
+    except OSError:
+        pass
+    return "?"
+
+
+def measure(secrets: list[str]) -> dict[str, str]:
+    """What holds in this process, seen from inside: its uid, its capabilities, whether it
+    is process 1 of its pid namespace, its network interfaces, and how many of ``secrets``
+    (the course, the submission, the results) it can see. Values are short words or numbers."""
+    try:
+        with open("/proc/net/dev") as f:
+            interfaces = [line.split(":")[0].strip() for line in f.readlines()[2:]]
+    except OSError:
+        interfaces = ["?"]
+    cap_eff, cap_bnd = _status_field("CapEff"), _status_field("CapBnd")
+    return {
+        "uid": str(os.getuid()),
+        "caps": "none" if cap_eff.strip("0") == "" and cap_bnd.strip("0") == "" else "some",
+        "pid": str(os.getpid()),
+        "net": "lo" if interfaces == ["lo"] else str(len(interfaces)),
+        "seen": str(sum(os.path.lexists(p) for p in secrets)),
+    }
+
+
+def holds(measured: dict[str, str]) -> str | None:
+    """None if ``measured`` shows a confined worker; else what did not hold, in words."""
+    wrong = []
+    if measured.get("uid") in (None, "0"):
+        wrong.append(f"it runs as uid {measured.get('uid', '?')}")
+    if measured.get("caps") != "none":
+        wrong.append("it kept capabilities")
+    if measured.get("pid") != "1":
+        wrong.append("it is not alone in its pid namespace")
+    if measured.get("net") != "lo":
+        wrong.append("it has a network")
+    if measured.get("seen") != "0":
+        wrong.append(f"it sees {measured.get('seen', '?')} of the course's or the grading's own paths")
+    return "; ".join(wrong) or None
+
+
+def isolation(confined: bool, measured: dict[str, str]) -> dict[str, object]:
+    """The report's isolation block: what kept the seed and the references from student code,
+    as the worker measured it from inside (``measured``: see :func:`measure`)."""
+    if not confined:
+        return {"sandbox": "none", "seed_protected": False, "references_protected": False,
+                "why": "run with --unconfined: student code ran as the grader's own user, without the "
+                       "sandbox; it could read the seed and the reference answers"}
+    if not measured:
+        return {"sandbox": "bubblewrap", "seed_protected": True, "references_protected": True,
+                "why": "no student code ran"}
+    broken = holds(measured)
+    return {"sandbox": "bubblewrap", "seed_protected": broken is None, "references_protected": broken is None,
+            "measured": dict(measured), "why": broken or ""}

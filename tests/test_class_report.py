@@ -1,0 +1,121 @@
+"""The class report: a class of fake students with known mistakes, graded by the real
+engine, and a report that counts each mistake right, in Markdown and in a browser."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader.runners import classreport, classroom
+
+REPO = Path(__file__).resolve().parent.parent
+CORRECT = (REPO / "tests" / "buggy" / "correct.py").read_text()
+BUGS = {
+    "diagonal_excluded": "def causal_mask(n, *, device=None):\n"
+                         "    return torch.ones(n, n, dtype=torch.bool, device=device).tril(-1)\n",
+    "top_left": "def kv_cache_attention(q, k_new, v_new, k_cache, v_cache):\n"
+                "    k = torch.cat([k_cache, k_new], dim=2)\n"
+                "    v = torch.cat([v_cache, v_new], dim=2)\n"
+                "    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()\n"
+                "    return attention(q, k, v, mask)[0], k, v\n",
+    "padding_off_by_one": "def padding_mask(lengths, max_len):\n"
+                          "    return torch.arange(max_len, device=lengths.device)[None, :]"
+                          " <= lengths[:, None]\n",
+}
+#: student -> the mistakes they make (in otherwise correct code)
+CLASS = {"s1": ["top_left"], "s2": ["top_left", "diagonal_excluded"], "s3": [], "s4": ["top_left"],
+         "s5": ["diagonal_excluded", "padding_off_by_one"], "s6": ["top_left"], "s7": []}
+EXERCISES = ("causal_mask", "padding_mask", "kv_cache_attention")
+WHERE = {"diagonal_excluded": "causal_mask", "top_left": "kv_cache_attention",
+         "padding_off_by_one": "padding_mask"}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    subs = root / "subs"
+    subs.mkdir()
+    for name, bugs in CLASS.items():
+        (subs / f"{name}.py").write_text(CORRECT + "".join("\n\n" + BUGS[b] for b in bugs))
+    out = root / "out"
+    args = [str(subs), "--out", str(out), "--jobs", "2", "--no-progress"]
+    for e in EXERCISES:
+        args += ["--exercise", e]
+    old = os.environ.get("GRADER_SEED")
+    os.environ["GRADER_SEED"] = "161803398874989484820458683436563811772"
+    try:
+        assert classroom.main(args) == 0
+    finally:
+        os.environ.pop("GRADER_SEED") if old is None else os.environ.__setitem__("GRADER_SEED", old)
+    return out
+
+
+def _expected() -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for bugs in CLASS.values():
+        for b in bugs:
+            counts[(WHERE[b], b)] = counts.get((WHERE[b], b), 0) + 1
+    return counts
+
+
+def test_each_mistake_is_counted_once_per_student_who_made_it(graded):
+    stats = classreport.gather(graded, json.loads((graded / "class-run.json").read_text()))
+    got = {(e, m): c for e, s in stats.items() for m, c in s.mistakes.items()}
+    assert got == _expected()  # top_left: 4 of 7 students; nothing else is named
+    assert sorted(stats) == sorted(EXERCISES) and all(len(s.shares) == len(CLASS) for s in stats.values())
+    # one anonymised example grid per mask mistake, and no student's name in it
+    grid = stats["causal_mask"].example["diagonal_excluded"]
+    assert "expected" in grid and "✗" in grid and not re.search(r"\bs\d\b", grid)
+    md = (graded / "class-report.md").read_text()
+    assert "| kv_cache_attention | top_left | 4 | 57% |" in md
+    assert "| causal_mask | diagonal_excluded | 2 | 29% |" in md
+    assert "| padding_mask | padding_off_by_one | 1 | 14% |" in md
+    assert "information, not a grade change" in md
+
+
+def test_the_html_report_is_self_contained(graded):
+    page = (graded / "class-report.html").read_text()
+    srcs = re.findall(r"<img [^>]*src='([^']+)'", page)
+    assert len(srcs) == 2 + len(EXERCISES)
+    for src in srcs:  # every figure is an embedded PNG, nothing is fetched
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not re.search(r"(src|href)=['\"](https?:|/|\.\.?/)", page)
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--mute-audio"]
+
+
+@pytest.mark.slow
+def test_the_report_opens_from_file_in_a_browser(graded):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is not installed; .ci/run must install it (apt-get install chromium)")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    url = (graded / "class-report.html").as_uri()
+    proc = subprocess.run([browser, *FLAGS, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    dom = proc.stdout
+    assert "<h1>Class report</h1>" in dom, proc.stderr[-2000:]
+    for (exercise, mistake), count in _expected().items():
+        section = dom.split(f"<h2>{exercise}</h2>", 1)[1].split("</section>", 1)[0]
+        assert re.search(rf"<td>{mistake}</td><td>{count}</td>", section), (exercise, mistake)
+    shot = graded / "class-report.png"  # for a person to look at
+    subprocess.run([browser, *FLAGS, f"--screenshot={shot}", "--window-size=1280,2000", url],
+                   capture_output=True, timeout=120)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,99 @@
+"""Similarity flags: a renamed copy and a pasted reference are flagged; independently
+written correct solutions are not; and a flag changes no grade."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.runners import similarity
+from grader.runners.scores import contract_exercises
+
+REPO = Path(__file__).resolve().parent.parent
+EXERCISES = contract_exercises()
+
+# tests/buggy/correct.py's masked_softmax with every name changed, a docstring, comments,
+# other constants and another layout: what a student who copied it would hand in.
+RENAMED = '''
+def masked_softmax(logits, allowed):
+    """Softmax over the keys, blocked keys get no weight."""
+    z = logits.float().masked_fill(
+        ~allowed,
+        float("-inf"),  # blocked before the softmax
+    )
+    probs = torch.softmax(z, dim=-1)
+    probs = torch.where(allowed.any(dim=-1, keepdim=True), probs,
+                        torch.zeros_like(probs))
+    return probs.to(logits.dtype)
+'''
+
+
+def _functions(path: str) -> dict[str, str]:
+    return similarity.functions_in(REPO / path, EXERCISES)
+
+
+def test_a_renamed_copy_and_a_pasted_reference_are_flagged_and_nothing_else():
+    solutions = _functions("solutions")
+    students = {
+        "ann": _functions("tests/buggy/correct.py"),  # written from the contract, apart from solutions/
+        "ben": {"masked_softmax": RENAMED},
+        "cy": {"kv_cache_attention": solutions["kv_cache_attention"]},  # pasted from the solutions
+    }
+    found = similarity.flags(students, EXERCISES)
+    pairs = {(f.exercise, f.a, f.b.split(" ")[0]) for f in found}
+    assert pairs == {("masked_softmax", "ann", "ben"), ("kv_cache_attention", "cy", "reference:")}, found
+    copy = next(f for f in found if f.b == "ben")
+    assert copy.score >= similarity.THRESHOLD and "logits" in copy.b_source and "scores" in copy.a_source
+
+
+def test_independently_written_correct_solutions_are_not_flagged():
+    """tests/buggy/correct.py and the solutions (with attnmask) were written apart: no exercise
+    of the one is flagged against the other, the reference side of every comparison."""
+    students = {"careful": _functions("tests/buggy/correct.py")}
+    assert len(students["careful"]) == len(EXERCISES)
+    assert similarity.flags(students, EXERCISES) == []
+    scores = [similarity.similarity(src, ref) for ex, src in students["careful"].items()
+              for _, ref in similarity.references([ex])[ex]]
+    assert max(scores) < similarity.THRESHOLD
+
+
+def test_a_submission_that_mirrors_the_solutions_is_flagged_against_them():
+    """tests/submissions/correct.py says of itself that it mirrors the course's solutions:
+    the flags say so too, exercise by exercise, against the reference only."""
+    found = similarity.flags({"mirror": _functions("tests/submissions/correct.py")}, EXERCISES)
+    assert found and all(f.b.startswith("reference: ") for f in found)
+    assert len({f.exercise for f in found}) >= 10
+
+
+def test_names_constants_and_layout_do_not_count_what_is_called_does():
+    a = "def f(x, n):\n    y = x.tril(1)  # lower\n    return y.sum(dim=-1) * n\n"
+    b = ("def g(inp, count):\n    '''doc'''\n    out = inp.tril(\n        7)\n"
+         "    return out.sum(dim=3) * count\n")
+    c = "def f(x, n):\n    y = x.triu(1)\n    return y.sum(dim=-1) * n\n"
+    assert similarity.tokens(a) == similarity.tokens(b)
+    assert similarity.tokens(a) != similarity.tokens(c)
+
+
+def test_one_flagged_group_per_shared_function():
+    shared = RENAMED
+    students = {f"s{i}": {"masked_softmax": shared} for i in range(5)}
+    grouped = similarity.grouped(similarity.flags(students, ["masked_softmax"], refs={}))
+    assert len(grouped) == 1 and len(grouped[0].others) == 3
+
+
+def test_a_link_out_of_the_submission_is_not_read(tmp_path):
+    outside = tmp_path / "secret.py"
+    outside.write_text("def causal_mask(n):\n    return 'the instructor key'\n")
+    sub = tmp_path / "student"
+    sub.mkdir()
+    (sub / "ex.py").symlink_to(outside)
+    assert similarity.functions_in(sub, ["causal_mask"]) == {}
+
+
+def test_students_who_pasted_one_reference_are_one_flag():
+    ref = similarity.functions_in(REPO / "solutions", ["kv_cache_attention"])["kv_cache_attention"]
+    students = {f"s{i}": {"kv_cache_attention": ref} for i in range(6)}
+    found = similarity.flags(students, ["kv_cache_attention"])
+    assert len({f.a for f in found if f.b.startswith("reference:")}) == 6  # each of them, against it
+    grouped = similarity.grouped(found)
+    to_ref = [f for f in grouped if f.b.startswith("reference:")]
+    assert len(to_ref) == 1 and len(to_ref[0].others) == 5

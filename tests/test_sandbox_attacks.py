@@ -1,0 +1,218 @@
+"""Attacks on the sandbox, each by a submission that tries it (grader.sandbox.allowlist, .namespaces).
+
+Each class of attack that once bought marks: writing the grader's files, leaving state for the
+next student (SysV memory, /dev/shm, /tmp, /run/lock, abstract sockets), reading files by handle
+with an inherited capability, and running student code where the sandbox cannot be made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import engine
+from grader.sandbox import zygote
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBMISSIONS = Path(__file__).parent / "submissions"
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+# Student A leaves a note everywhere a later grading might look; student B reports what it finds.
+LEAVE = r'''
+import ctypes, os, socket
+def leave():
+    libc = ctypes.CDLL(None, use_errno=True)
+    print("A shm", libc.shmget(0x5eed, 4096, 0o1666), flush=True)  # IPC_CREAT | 0666
+    for path in ("/tmp/answers", "/dev/shm/answers", "/run/lock/answers", os.path.expanduser("~/answers")):
+        try:
+            with open(path, "w") as f:
+                f.write("leaked")
+            print("A wrote", path, flush=True)
+        except OSError as e:
+            print("A could not write", path, type(e).__name__, flush=True)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind("\0grader-answers")
+    s.listen(1)
+    return s
+KEEP = leave()
+'''
+FIND = r'''
+import ctypes, os, socket
+def find():
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = []
+    if libc.shmget(0x5eed, 0, 0) >= 0:
+        found.append("shm")
+    for path in ("/tmp/answers", "/dev/shm/answers", "/run/lock/answers", os.path.expanduser("~/answers")):
+        if os.path.exists(path):
+            found.append(path)
+    try:
+        socket.socket(socket.AF_UNIX).connect("\0grader-answers")
+        found.append("abstract socket")
+    except OSError:
+        pass
+    return found
+_ = print("B found", find(), flush=True)
+'''
+
+
+def _grade_cells(tmp_path: Path, name: str, code: str, **kw) -> engine.Report:
+    path = tmp_path / f"{name}.py"
+    path.write_text(code + "\ndef causal_mask(L, device=None):\n    import torch\n"
+                    "    return torch.ones(L, L, dtype=torch.bool, device=device).tril()\n")
+    return engine.grade(path, exercises=["causal_mask"], **kw)
+
+
+@pytest.mark.slow
+def test_nothing_one_grading_leaves_reaches_the_next(tmp_path, monkeypatch):
+    """Two students of one class run, through the class's one zygote."""
+    zyg = zygote.Zygote()
+    try:
+        assert zyg.wait_ready(), zyg.failure()
+        monkeypatch.setenv(zygote.ZYGOTE_ENV, str(zyg.socket))
+        a = _grade_cells(tmp_path, "a", LEAVE)
+        assert "A wrote /tmp/answers" in a.output and "A shm -1" not in a.output, a.output
+        b = _grade_cells(tmp_path, "b", FIND)
+        assert "B found []" in b.output, b.output
+    finally:
+        zyg.close()
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.slow
+def test_the_graders_files_and_site_packages_cannot_be_written():
+    """tamper.py rewrites the judges and drops a .pth into site-packages: inside the sandbox
+    neither is there to write (the grader's package is bound read-only)."""
+    before = _digest(ROOT / "grader")
+    pth = [Path(d) / "tamper.pth" for d in site.getsitepackages()]
+    report = engine.grade(SUBMISSIONS / "tamper.py", exercises=["to_additive", "causal_mask"])
+    assert _digest(ROOT / "grader") == before
+    assert not [p for p in pth if p.exists()]
+    assert "tamper" in report.output and ": done" not in report.output, report.output
+    assert report.isolation["seed_protected"] is True
+
+
+@pytest.mark.slow
+def test_no_capability_is_left_to_open_files_by_handle(tmp_path):
+    """open_by_handle_at needs CAP_DAC_READ_SEARCH: the worker has no capability at all."""
+    code = r'''
+import ctypes, os
+class Handle(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int), ("f", ctypes.c_ubyte * 128)]
+def try_handle():
+    libc = ctypes.CDLL(None, use_errno=True)
+    h = Handle(128, 0)
+    mount_id = ctypes.c_int()
+    named = libc.name_to_handle_at(-100, b"/usr", ctypes.byref(h), ctypes.byref(mount_id), 0)
+    fd = libc.open_by_handle_at(os.open("/usr", os.O_RDONLY), ctypes.byref(h), 0)
+    return named, fd, ctypes.get_errno()
+_ = print("HANDLE", *try_handle(), flush=True)
+'''
+    report = _grade_cells(tmp_path, "handle", code)
+    line = next(x for x in report.output.splitlines() if x.startswith("HANDLE"))
+    assert line.split()[2] == "-1" and line.split()[3] == "1", line  # EPERM
+    assert report.isolation["measured"]["caps"] == "none"
+
+
+def _cli(tmp_path: Path, *args: str, path: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    marker = tmp_path / "ran.py"
+    marker.write_text("_ = print('STUDENT CODE RAN', flush=True)\n"
+                      "def causal_mask(L, device=None):\n    raise NotImplementedError\n")
+    env = {**os.environ, "COLUMNS": "1000"}
+    if path is not None:
+        env["PATH"] = path
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "grader", str(marker), "--json", str(out), *args],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return p, json.loads(out.read_text())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal of --unconfined is for root")
+def test_as_root_student_code_never_runs_unconfined(tmp_path):
+    p, results = _cli(tmp_path, "--unconfined", path="/nonexistent")
+    assert p.returncode != 0
+    assert "STUDENT CODE RAN" not in p.stdout + p.stderr + json.dumps(results)
+    assert "student code was not run: the sandbox could not be made" in " ".join(p.stdout.split())
+    assert "apt-get install bubblewrap" in p.stdout
+
+
+def test_without_bubblewrap_no_student_code_runs(tmp_path):
+    p, results = _cli(tmp_path, path="/nonexistent")
+    assert p.returncode != 0
+    assert "STUDENT CODE RAN" not in p.stdout + p.stderr + json.dumps(results)
+    assert "bubblewrap (bwrap) is not installed" in " ".join(p.stdout.split())
+    assert results["score"] == 0
+
+
+def test_the_report_says_what_the_worker_measured(tmp_path):
+    report = _grade_cells(tmp_path, "plain", "")
+    measured = report.isolation["measured"]
+    assert measured == {"uid": "65534", "caps": "none", "pid": "1", "net": "lo", "seen": "0"}
+    assert report.isolation["sandbox"] == "bubblewrap" and report.isolation["why"] == ""
+
+
+def test_unconfined_runs_only_when_asked_and_the_report_says_so(tmp_path, monkeypatch):
+    """Not as root, --unconfined runs the student's own code without the sandbox; the
+    report's isolation block and its terminal warning say that nothing was protected."""
+    from grader import report as report_mod
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    r = _grade_cells(tmp_path, "own", "", unconfined=True)
+    assert r.exercise("causal_mask").status == "passed"
+    assert r.isolation["sandbox"] == "none" and r.isolation["seed_protected"] is False
+    assert "--unconfined" in r.isolation["why"]
+    assert report_mod.unprotected(r) == "the seed and the reference answers"
+
+
+@pytest.mark.slow
+def test_a_fork_hopper_does_not_outlive_its_grading(tmp_path):
+    """A helper leaves the worker's session and forks its successor again and again: when the
+    grading ends, its pid namespace ends, and the hopper with it."""
+    from grader.sandbox import procs
+
+    code = r'''
+import ctypes, os, time
+def hop():
+    if os.fork():
+        return "started"
+    os.setsid()
+    ctypes.CDLL(None).prctl(15, b"grader-hop-cli")
+    while True:
+        if os.fork():
+            os._exit(0)
+        time.sleep(0.05)
+STARTED = hop()
+'''
+    report = _grade_cells(tmp_path, "hopper", code)
+    assert report.exercise("causal_mask").status == "passed"
+
+    def hoppers() -> list[int]:
+        found = []
+        for pid in procs.pids():
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    found += [pid] if f.read().strip() == "grader-hop-cli" else []
+            except OSError:
+                pass
+        return found
+
+    import time
+    deadline = time.monotonic() + 5
+    while hoppers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not hoppers(), "a process of the submission outlived its grading"

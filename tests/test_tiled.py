@@ -1,0 +1,146 @@
+"""tiled_attention() against PyTorch's math-backend SDPA in float64, for every tile size;
+its skip of fully masked tiles; and the grader's record of the largest floating tensor
+a call creates (grader.sandbox.execute.Allocations), which holds the exercise to no
+(Lq, Lk) intermediate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attnmask as am
+from grader.checks.ch8_speed import allocation_judge
+from grader.sandbox import channel
+from grader.sandbox.execute import execute
+from grader.spec import Call, Outcome
+
+B, H, LQ, LK, D, DV = 2, 3, 5, 11, 4, 3  # B != H != Lq != Lk, d != dv
+
+
+def qkv(dtype=torch.float64, *, Lq=LQ, Lk=LK, seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    ts = (torch.randn(B, H, Lq, D, generator=g), torch.randn(B, H, Lk, D, generator=g),
+          torch.randn(B, H, Lk, DV, generator=g))
+    return [t.to(dtype).requires_grad_(requires_grad) for t in ts]
+
+
+def mask_with_hard_rows(seed=1) -> torch.Tensor:
+    """(B, H, Lq, Lk): random, plus a fully masked row, a row whose first tiles are all
+    blocked, and a row that sees only the last key."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(B, H, LQ, LK, generator=g) < 0.5
+    mask[..., 0, :] = True  # no key tile is blocked for every row: nothing is skipped
+    mask[0, 1, 1] = False
+    mask[1, :, 2, :6] = False
+    mask[:, 0, 3] = False
+    mask[:, 0, 3, -1] = True
+    return mask
+
+
+def sdpa(q, k, v, mask):
+    """The oracle: PyTorch's math backend (zeros for a fully masked row, torch >= 2.5)."""
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("tile", [1, 2, 3, 4, 5, 10, 11, 12, 64])
+def test_matches_sdpa_for_every_tile_size(tile):
+    q, k, v = qkv()
+    mask = mask_with_hard_rows()
+    for m in (mask, mask[:, :1], mask[0, 0], None):
+        out = am.tiled_attention(q, k, v, m, tile)
+        torch.testing.assert_close(out, sdpa(q, k, v, m), rtol=1e-12, atol=1e-12)
+    assert (am.tiled_attention(q, k, v, mask, tile)[0, 1, 1] == 0).all()  # the fully masked row
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_half_precision_keeps_its_dtype_and_is_accurate(dtype):
+    q, k, v = qkv()
+    mask = mask_with_hard_rows()
+    out = am.tiled_attention(*(t.to(dtype) for t in (q, k, v)), mask, 3)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    tol = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 4e-2}[dtype]
+    torch.testing.assert_close(out.double(), sdpa(q, k, v, mask), rtol=tol, atol=tol)
+
+
+def test_gradients_are_finite_and_match_sdpa_with_fully_masked_rows():
+    q, k, v = qkv(requires_grad=True)
+    mask = mask_with_hard_rows()
+    w = torch.randn(B, H, LQ, DV, dtype=torch.float64)
+    mine = torch.autograd.grad((am.tiled_attention(q, k, v, mask, 4) * w).sum(), (q, k, v))
+    ref = torch.autograd.grad((sdpa(q, k, v, mask) * w).sum(), (q, k, v))
+    for g, r in zip(mine, ref):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+def test_fully_masked_tiles_are_never_read():
+    q, k, v = qkv()
+    mask = torch.ones(LQ, LK, dtype=torch.bool)
+    mask[:, 3:9] = False  # tiles of 3: [3, 6) and [6, 9) are blocked for every query
+    k, v = k.clone(), v.clone()
+    k[..., 3:9, :] = float("nan")
+    v[..., 3:9, :] = float("nan")
+    out = am.tiled_attention(q, k, v, mask, 3)
+    keep = mask[0]
+    torch.testing.assert_close(out, sdpa(q, k[..., keep, :], v[..., keep, :], None))
+    assert am.tiled_attention(q, k, v, mask, 2).isnan().any()  # [2, 4) is read: 0 * NaN
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_tile_must_be_a_positive_int(bad):
+    with pytest.raises(ValueError, match="tile must be an int >= 1"):
+        am.tiled_attention(*qkv(), None, bad)
+
+
+def test_bad_masks_are_refused_with_the_shapes():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="torch.bool"):
+        am.tiled_attention(q, k, v, torch.ones(LQ, LK))
+    with pytest.raises(ValueError, match=r"mask has shape \(5, 7\)"):
+        am.tiled_attention(q, k, v, torch.ones(LQ, 7, dtype=torch.bool))
+
+
+# --------------------------------------------------------------------------- the allocation record
+
+def _recorded(fn, *args, **kwargs) -> tuple[int, ...] | None:
+    return execute(fn, Call(args, kwargs, allocations=True)).largest
+
+
+def test_the_record_sees_the_score_matrix_of_explicit_attention_and_not_of_the_tiled_loop():
+    q, k, v = qkv(torch.float32, Lq=16, Lk=64)
+    mask = torch.rand(16, 64, generator=torch.Generator().manual_seed(0)) < 0.8
+    explicit = _recorded(lambda q, k, v, mask: am.attention(q, k, v, mask)[0], q, k, v, mask)
+    tiled = _recorded(am.tiled_attention, q, k, v, mask, tile=4)
+    assert torch.Size(explicit).numel() >= 16 * 64  # (B·H, Lq, Lk) scores from bmm
+    assert tiled == (B, H, 16, 4) or torch.Size(tiled).numel() < 16 * 64, tiled
+
+
+def test_the_record_counts_new_floating_tensors_only():
+    x = torch.randn(50, 40)
+    assert _recorded(lambda x: x.expand(3, 50, 40)[..., :5].mT, x) == ()  # views allocate nothing
+    assert _recorded(lambda x: x > 0, x) == ()  # bool results are not counted
+    assert _recorded(lambda x: x.add_(1), x) == ()  # in place: no new tensor
+    assert _recorded(lambda x: (x[:2] * 2, torch.zeros(9, 10)), x) == (9, 10)  # the largest wins
+    assert execute(lambda x: x * 2, Call((x,))).largest is None  # only when the call asks
+
+
+def test_the_allocation_judge_fails_the_whole_matrix_and_an_unrecorded_call():
+    q, k, v = qkv(torch.float32, Lq=16, Lk=64)
+    call = Call((q, k, v), {"tile": 4}, allocations=True)
+    ok = Outcome(output=torch.zeros(B, H, 16, DV), largest=(B, H, 16, 4))
+    full = Outcome(output=torch.zeros(B, H, 16, DV), largest=(H, 16, 64))
+    assert allocation_judge([call], [ok]).passed
+    verdict = allocation_judge([call], [full])
+    assert not verdict.passed and "whole score matrix" in verdict.message and "(3, 16, 64)" in verdict.detail
+    assert not allocation_judge([call], [Outcome(output=ok.output)]).passed
+
+
+def test_the_record_crosses_the_channel_and_a_forged_one_is_refused():
+    data = channel.outcome_to_data(Outcome(output=torch.ones(2), largest=(2, 3)))
+    assert channel.outcome_from_data(channel.decode(channel.encode(data))).largest == (2, 3)
+    for forged in ((2, -1), ("2",), [1.5]):
+        with pytest.raises(channel.ChannelError):
+            channel.outcome_from_data({**data, "largest": forged})
