@@ -103,9 +103,10 @@ def test_reading_any_file_as_a_submission_never_crashes(tmp_path_factory, data):
 
 # --------------------------------------------------------------------------- status lines
 
-_word = st.sampled_from(["ready", "cell", "loaded", "start", "check", "done", "bye", "hello", ""])
+_word = st.sampled_from(["ready", "refused", "cell", "loaded", "start", "check", "done", "bye", "hello", ""])
 _field = st.one_of(st.integers(-5, 12).map(str), st.text("0123456789.,= -", max_size=12),
-                   st.integers(1, 6000).map(lambda n: "9" * n), st.just("1.0 0 40"), st.just("uid=0"))
+                   st.integers(1, 6000).map(lambda n: "9" * n), st.just("1.0 0 40"), st.just("uid=0"),
+                   st.just("caps=none"), st.just("pid=1"), st.just("net=lo"), st.just("seen=0"))
 _line = st.builds(lambda w, fs: " ".join([w, *fs]), _word, st.lists(_field, max_size=5))
 
 
@@ -117,10 +118,13 @@ class _Handler:
 
 
 class _Worker:
-    def __init__(self, out: Path):
-        self.out, self.user = out, None
+    """Stands for a worker whose status lines are fed by hand: confined, so that "ready" is read
+    as the sandbox's measurements."""
 
-    def switched(self, ids) -> None:
+    def __init__(self, out: Path):
+        self.out, self.confined, self.measured = out, True, {}
+
+    def stop(self) -> None:
         pass
 
 

@@ -162,24 +162,21 @@ def test_no_status_line_moves_a_deadline_twice_or_past_the_grading_s_end(tmp_pat
     from grader.sandbox.limits import Limits
 
     class Worker:
-        out, user = tmp_path, None
-
-        def switched(self, ids):
-            pass
+        out, confined, measured = tmp_path, False, {}
 
     class Handler:
         def __getattr__(self, name):
             return lambda *args: None
 
     drive = supervisor._Drive(Worker(), Limits(timeout=1.0), Handler(), str, [0, 1], first=False)
-    for line in ("ready 0,0,0 hidden=no", "cell 0", "loaded 1.0 0 1"):
+    for line in ("ready unconfined", "cell 0", "loaded 1.0 0 1"):
         drive.handle(line)
     end = drive.until
     assert end < float("inf")
     for line in ("start 0", "done 0", "start 1"):
         drive.handle(line)
         assert drive.deadline <= end
-    for again in ("start 1", "start 0", "done 0", "cell 0", "loaded 1.0 0 1", "ready 0,0,0"):
+    for again in ("start 1", "start 0", "done 0", "cell 0", "loaded 1.0 0 1", "ready unconfined"):
         with pytest.raises(ChannelError):  # said again, or out of order: the submission's verdict
             drive.handle(again)
     drive.handle("done 1")

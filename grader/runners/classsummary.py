@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..terminal import printable
 from .scores import _fmt
 
 
 def print_summary(rows: Sequence[Any], *, seed: int, out: Path, wall: float, jobs: int) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     if not console.is_terminal:  # a log file or a pipe: room for the whole table
@@ -41,8 +43,8 @@ def print_summary(rows: Sequence[Any], *, seed: int, out: Path, wall: float, job
         f = Table(title="Submissions that could not be graded")
         for col in ("student", "status", "why"):
             f.add_column(col, overflow="fold")
-        for r in failures:
-            f.add_row(r.student, r.status, r.message)
+        for r in failures:  # as text: a folder's name may hold markup or escapes
+            f.add_row(*(Text(printable(x)) for x in (r.student, r.status, r.message)))
         console.print(f)
     graded = [r for r in rows if r.status == "graded"]
     if unconfined:

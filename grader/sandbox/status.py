@@ -2,8 +2,8 @@
 
 The worker announces each event with one line (see :mod:`grader.sandbox.worker`)::
 
-    ready UID,UID,UID hidden=N     cell I     loaded RECORD     start E
-    check E C RECORD               done E     bye DROPPED
+    ready KEY=VALUE ...     refused WHY     cell I     loaded RECORD     start E
+    check E C RECORD        done E          bye DROPPED
 
 where a RECORD is ``PID.N OFFSET LENGTH`` (:class:`grader.sandbox.channel.Log`).
 Student code can find the pipe and write to it, so :class:`Lines` keeps at most
@@ -29,6 +29,7 @@ _N = rf"(\d{{1,{MAX_DIGITS}}})"
 _RECORD = rf"(\d{{1,{MAX_DIGITS}}}\.\d{{1,6}} \d{{1,12}} \d{{1,12}})"
 _GRAMMAR = {
     "ready": re.compile(r"([ -~]{0,400})"),  # what the worker measured; read by the supervisor, bounded
+    "refused": re.compile(r"([ -~]{0,400})"),  # why the sandbox could not be made (the zygote's words)
     "cell": re.compile(_N),
     "loaded": re.compile(_RECORD),
     "start": re.compile(_N),
@@ -84,6 +85,6 @@ def parse(line: str) -> tuple[str, list[str | int]]:
     m = pattern.fullmatch(rest) if pattern is not None else None
     if m is None:
         raise ChannelError(f"a status line the grader does not know ({line[:40]!r})")
-    if word == "ready":
+    if word in ("ready", "refused"):
         return word, rest.split()
     return word, [int(g) if g.isdigit() else g for g in m.groups() if g is not None]
