@@ -355,7 +355,7 @@ def test_runtime_requirements_drop_dev_tools_keep_pins():
 def test_template_repository_has_no_solutions(tmp_path):
     dest = github.build_template(REPO, tmp_path / "template")
     assert (dest / ".github" / "workflows" / "classroom.yml").is_file()
-    assert (dest / "grader" / "__init__.py").is_file() and (dest / "attnmask" / "__init__.py").is_file()
+    assert (dest / "grader" / "__init__.py").is_file() and not (dest / "attnmask").exists()
     assert not (dest / "solutions").exists() and not (dest / "tests").exists()
     assert not list(dest.rglob("__pycache__"))
 
