@@ -91,7 +91,8 @@ def test_the_template_holds_no_reference(template):
         lines = body_lines(getattr(attnmask, name))
         assert lines, f"{name}: no body lines to look for"
         for line in lines:
-            found += [f"{name}: {line!r} in {path.relative_to(template)}" for path, text in files if line in text]
+            found += [f"{name}: {line!r} in {path.relative_to(template)}"
+                      for path, text in files if line in text]
     assert not found, "\n".join(found)
     for path, text in code(template):  # the notebooks need nothing of the course but the grader
         if path.suffix == ".ipynb":

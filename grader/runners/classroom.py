@@ -352,7 +352,8 @@ def print_summary(rows: list[Row], *, seed: int, out: Path, wall: float, jobs: i
         t.add_column(col, justify="right")
     full = sum(1 for r in rows if r.max and r.total >= r.max)
     zero = sum(1 for r in rows if r.total == 0)
-    t.add_row(str(len(rows)), str(len(rows) - skipped), str(skipped),
+    graded = sum(1 for r in rows if r.status == "graded" and not r.skipped)  # "empty" is no grading
+    t.add_row(str(len(rows)), str(graded), str(skipped),
               pts(statistics.fmean(totals)) if totals else "-",
               pts(statistics.median(totals)) if totals else "-",
               str(full), str(zero), str(len(failures)))
@@ -410,6 +411,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _no_class(submissions: Path, out: Path) -> str | None:
+    """Why ``submissions`` holds no class to grade (missing, a file, no students), else None."""
+    if not submissions.is_dir():
+        return (f"{submissions} is {'a file' if submissions.exists() else 'missing'}; pass the folder that "
+                "holds the students' submissions (one sub-folder, notebook or .py file per student)")
+    if not discover(submissions, out)[0]:
+        return (f"{submissions} holds no students: expected one sub-folder, notebook (.ipynb) or .py file "
+                "per student; nothing was graded")
+    return None
+
+
 def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_command,
          exercises: Sequence[str] | None = None) -> int:
     """``python -m grader class ...``. Exit status 0 when every student got a row."""
@@ -419,6 +431,10 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     if args.timeout <= 0:
         raise SystemExit(f"--timeout must be a positive number of seconds; got {args.timeout}.")
     out = args.out if args.out is not None else args.submissions.resolve().parent / "grader-results"
+    problem = _no_class(args.submissions, out)
+    if problem:  # before the seed is drawn and printed: nothing was graded with it
+        print(f"python -m grader class: error: {problem}", file=sys.stderr)
+        return 2
     seed, origin = seed_mod.for_command(args.seed, fallback=last_run_seed(out))
     print(f"seed {seed} ({origin})", file=sys.stderr)
     extra: list[str] = []

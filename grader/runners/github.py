@@ -129,17 +129,20 @@ NOTEBOOK_ONLY = {"jupyterlab", "nbformat", "nbclient", "ipykernel", "pyyaml", "m
 def runtime_requirements(text: str, *, keep_editable: bool = True, grading_only: bool = False) -> str:
     """requirements.txt without the development-only tools (pins kept verbatim); with
     ``grading_only``, also without what only working in notebooks needs."""
-    out = []
+    out: list[str] = []
+    notes: list[str] = []  # the comment lines just above a requirement: they go (or stay) with it
     drop = DEV_ONLY | NOTEBOOK_ONLY if grading_only else DEV_ONLY
     for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            notes.append(line)
+            continue
         m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
         name = m.group(1).lower().replace("_", "-").replace(".", "-") if m else None
-        if name in drop:
-            continue
-        if line.strip().startswith("-e") and not keep_editable:
-            continue
-        out.append(line)
-    return "\n".join(out) + "\n"
+        dropped = name in drop or (line.strip().startswith("-e") and not keep_editable)
+        if not dropped:
+            out += notes + [line]
+        notes = []
+    return "\n".join(out + notes) + "\n"
 
 
 def build_template(repo: Path, dest: Path) -> Path:
