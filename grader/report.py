@@ -272,6 +272,31 @@ def write_markdown(r: Report, path: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------- terminal
 
 
+def _nothing_found(r: Report) -> bool:
+    """No exercise of the submission was found, all for the same reason (an empty notebook)."""
+    return bool(r.exercises) and not r.error and all(e.status == NOT_FOUND for e in r.exercises)
+
+
+def _print_nothing_found(r: Report, console) -> None:
+    """The short report of a submission in which no exercise was found: one line for all of them."""
+    from rich.text import Text
+
+    from . import terminal
+
+    reasons = {e.message.removeprefix("not found: ") for e in r.exercises}
+    why = reasons.pop() if len(reasons) == 1 else ""  # else each exercise's, "no function named X"
+    n = len(r.exercises)
+    which = (f"none of the {n} exercises graded here was found" if n > 1
+             else f"{r.exercises[0].name} was not found")
+    console.print(Text(f"Grader: {r.submission} · {seed_line(r)}", style="bold"), highlight=False)
+    console.print(Text(f"total {fmt_points(r.score)} / {fmt_points(r.max_score)}: {which}"
+                       + (f": {why}" if why else ""), style="bold red"), highlight=False)
+    for note in r.notes:
+        if not why or note not in why:
+            console.print(Text(f"note: {note}"), highlight=False)
+    console.print(Text(terminal.next_step(r), style="bold"), highlight=False)
+
+
 def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str = "",
                    course_max: float | None = None) -> None:
     """A rich table (exercise, score, status, first failing property), then feedback on failures.
@@ -288,6 +313,9 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
     from . import terminal
 
     console = console or Console()
+    if not verbose and _nothing_found(r):
+        _print_nothing_found(r, console)
+        return
     total = "total" + (f" ({scope})" if scope else "")
     rows = [(f"{terminal.number(e)} {e.name}", f"{fmt_points(e.score)} / {fmt_points(e.max_score)}",
              e.status, "" if e.status == PASSED or e.message == NOT_IMPLEMENTED_MESSAGE else e.message)

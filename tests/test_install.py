@@ -34,8 +34,11 @@ def venv(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp / "venv")], check=True,
                    timeout=300)
     python = tmp / "venv" / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
-                              str(wheel)], capture_output=True, text=True, timeout=600, cwd=tmp)
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index",
+                              "--ignore-installed", "-q", str(wheel)],
+                             capture_output=True, text=True, timeout=600, cwd=tmp)
+    # --ignore-installed: the checkout's own (editable) install is in the system's site-packages,
+    # which pip would otherwise take for this package, already installed
     assert install.returncode == 0, install.stderr
     return python
 

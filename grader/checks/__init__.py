@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import ModuleType
 
-from .. import cases
 from ..spec import Check, Exercise
 
 _CHAPTER = re.compile(r"^ch(\d+)_")
@@ -60,6 +59,8 @@ def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Ch
     checks then only draw new cases for the values; they add no rule."""
 
     def make_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+        from .. import cases  # here: importing this package must not import torch (the engine's start)
+
         checks = make(seed, hidden)
         rules = [replace(c, public=True) for c in make(cases.PUBLIC_SEED, True)
                  if c.kind == "property" and c.requires is None]

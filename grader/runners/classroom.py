@@ -47,7 +47,7 @@ from .. import seed as seed_mod
 from ..sandbox.forkserver import Zygote
 from ..seed import SEED_ENV
 from .processes import _PACKAGE_ROOT, Preloaded, kill_running, log_tail, run_limited, single_thread_env
-from .roster import Student, content_hash, discover, grading_target
+from .roster import Student, content_hash, discover, grading_target, no_class
 from .scores import (
     _fmt,
     contract_exercises,
@@ -411,17 +411,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _no_class(submissions: Path, out: Path) -> str | None:
-    """Why ``submissions`` holds no class to grade (missing, a file, no students), else None."""
-    if not submissions.is_dir():
-        return (f"{submissions} is {'a file' if submissions.exists() else 'missing'}; pass the folder that "
-                "holds the students' submissions (one sub-folder, notebook or .py file per student)")
-    if not discover(submissions, out)[0]:
-        return (f"{submissions} holds no students: expected one sub-folder, notebook (.ipynb) or .py file "
-                "per student; nothing was graded")
-    return None
-
-
 def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_command,
          exercises: Sequence[str] | None = None) -> int:
     """``python -m grader class ...``. Exit status 0 when every student got a row."""
@@ -431,7 +420,7 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     if args.timeout <= 0:
         raise SystemExit(f"--timeout must be a positive number of seconds; got {args.timeout}.")
     out = args.out if args.out is not None else args.submissions.resolve().parent / "grader-results"
-    problem = _no_class(args.submissions, out)
+    problem = no_class(args.submissions, out)
     if problem:  # before the seed is drawn and printed: nothing was graded with it
         print(f"python -m grader class: error: {problem}", file=sys.stderr)
         return 2
