@@ -286,8 +286,7 @@ def _print_nothing_found(r: Report, console) -> None:
     reasons = {e.message.removeprefix("not found: ") for e in r.exercises}
     why = reasons.pop() if len(reasons) == 1 else ""  # else each exercise's, "no function named X"
     n = len(r.exercises)
-    which = (f"none of the {n} exercises graded here was found" if n > 1
-             else f"{r.exercises[0].name} was not found")
+    which = f"all {n} exercises graded here not found" if n > 1 else f"{r.exercises[0].name} not found"
     console.print(Text(f"Grader: {r.submission} · {seed_line(r)}", style="bold"), highlight=False)
     console.print(Text(f"total {fmt_points(r.score)} / {fmt_points(r.max_score)}: {which}"
                        + (f": {why}" if why else ""), style="bold red"), highlight=False)
