@@ -357,3 +357,29 @@ def int_mask_checks(R: Recipe, seed: int, hidden: bool, public: list[tuple[str, 
         on_device(R, "honours device= (meta)", [Call(random_args[0], {"device": "meta"})]),
         on_cuda(R, "matches on CUDA", [Call(random_args[-1])], cuda_kwargs=True),
     ]
+
+
+@rebuildable
+def allocation_judge(recipe: Recipe, message: str):
+    """No floating tensor created during a call has Lq·Lk entries or more (the worker records
+    the largest one for calls that ask, :attr:`grader.spec.Call.allocations`); ``message``:
+    what materialising the full score matrix means for this exercise."""
+
+    def judge(calls: list[Call], outcomes: list) -> Verdict:
+        for call, o in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            if o.error is not None:
+                return raised(o.error, inputs)
+            if o.largest is None:
+                return dg.fail("the tensors created during the call were not recorded")
+            Lq, Lk = call.args[0].shape[-2], call.args[1].shape[-2]
+            entries = 1
+            for n in o.largest:
+                entries *= n
+            if entries >= Lq * Lk:
+                return dg.fail(message, f"the largest floating tensor created has shape "
+                               f"{dg.shape_str(o.largest)}, {entries} entries; Lq·Lk = {Lq}·{Lk} = "
+                               f"{Lq * Lk}; inputs: {inputs}")
+        return dg.PASS
+
+    return judge
