@@ -37,10 +37,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif name == "gh-outputs":
         from .runners.github import gh_outputs_main as run
     else:
+        typo = _not_a_subcommand(name)
+        if typo:
+            print(f"python -m grader: error: {typo}", file=sys.stderr)
+            return 2
         from .runners.cli import main as run
 
         rest = argv
     return run(rest)
+
+
+def _not_a_subcommand(word: str) -> str | None:
+    """What is wrong with a first word that is no path and close to a subcommand (``clas``), else None.
+
+    A word with a dot or a slash, or far from every subcommand, is a path, and the grader's own CLI
+    says if it is missing."""
+    if not word or word.startswith("-") or any(c in word for c in "./" + os.sep) or os.path.exists(word):
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    if not close:
+        return None  # a path after all: the CLI says that it does not exist
+    return (f"{word!r} is neither a subcommand nor a file or folder to grade; did you mean "
+            f"`python -m grader {close[0]}`? The subcommands are "
+            f"{', '.join(SUBCOMMANDS)}; to grade, pass a notebook, a .py file or a folder "
+            f"(`python -m grader exercises/`)")
 
 
 if __name__ == "__main__":

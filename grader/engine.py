@@ -5,10 +5,10 @@
     report = grade("exercises/", seed=0)
     report.score, report.max_score, report.exercise("causal_mask").status
 
-The parent process never imports student code. It starts a worker at once
-(the worker imports torch while we import ours and build the checks), sends it
-the cells and the calls, and judges each check's outcomes as they arrive with
-the checks' own judges, which compute the reference with ``attnmask``.
+The parent process never imports student code. It starts a worker at once (the worker imports
+torch while we import ours and build the checks), sends it the cells and the calls, and judges each
+check's outcomes as they arrive with the checks' own judges, which compute the reference with
+``attnmask`` (in the student template: the public checks' outputs recorded at release).
 
 Student code runs inside bubblewrap (:mod:`grader.sandbox.allowlist`), in
 namespaces of its own: it sees no file of the course, the grader's results or
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rules, submission
+from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
 from .results import (
     CRASHED,
     GRADER_ERROR,
@@ -240,7 +241,7 @@ def grade(
     path: str | os.PathLike,
     *,
     seed: int = DEFAULT_SEED,
-    exercises: Iterable[str] | None = None,
+    exercises: Iterable[str] | Callable[[Mapping[str, Any]], Iterable[str] | None] | None = None,
     public_only: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     load_timeout: float | None = None,
@@ -255,8 +256,7 @@ def grade(
     Args:
         path: an exercise notebook, a .py file, or a folder of them.
         seed: draws the hidden cases; the same seed gives the same report.
-        exercises: names to grade (default: all, in chapter order). Unknown
-            names raise ValueError.
+        exercises: names to grade (default: all), or a function of the registry giving them.
         public_only: run only the public checks (those the notebook's ``check`` runs).
         timeout: seconds per exercise; also the budget of one notebook cell.
         load_timeout: seconds to run the submission's cells (default 4 x timeout).
@@ -273,6 +273,7 @@ def grade(
     crashes, hangs or cheats all end up as messages in the report.
     """
     t0 = time.perf_counter()
+    public_only = public_only or (registry is None and not has_reference())  # the template: public only
     limits = Limits(timeout=timeout, load_timeout=load_timeout or 4 * timeout, memory_mb=memory_mb)
     report = Report(submission=str(path), seed=int(seed), public_only=public_only)
     try:
@@ -295,7 +296,7 @@ def grade(
                             f"{e}); please report it to the course staff")
             report.internal_error = True
             return report
-        selected = select(registry, exercises)
+        selected = select(registry, exercises(registry) if callable(exercises) else exercises)
         has_cuda = cuda_available()
         states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]

@@ -266,6 +266,24 @@ def write_markdown(r: Report, path: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------- terminal
 
 
+def _nothing_found(r: Report) -> bool:
+    """No exercise of the submission was found, all for the same reason (an empty notebook)."""
+    return bool(r.exercises) and not r.error and all(e.status == NOT_FOUND for e in r.exercises)
+
+
+def _print_nothing_found(r: Report, console) -> None:
+    """The table of a submission in which no exercise was found: one line for all of them."""
+    from rich.text import Text
+
+    reasons = {e.message.removeprefix("not found: ") for e in r.exercises}
+    why = reasons.pop() if len(reasons) == 1 else ""  # else each exercise's, "no function named X"
+    n = len(r.exercises)
+    which = f"all {n} exercises graded here not found" if n > 1 else f"{r.exercises[0].name} not found"
+    console.print(Text(f"Grader: {r.submission} · {seed_line(r)}", style="bold"), highlight=False)
+    console.print(Text(f"total {fmt_points(r.score)} / {fmt_points(r.max_score)}: {which}"
+                       + (f": {why}" if why else ""), style="bold red"), highlight=False)
+
+
 def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str = "",
                    course_max: float | None = None) -> None:
     """A rich table (exercise, score, status, first failing property), then feedback on failures.
@@ -283,12 +301,15 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
 
     console = console or Console()
     r = terminal.printable_report(r)  # nothing a submission wrote may drive the terminal
+    compact = not verbose and _nothing_found(r)  # one line for all the exercises, not one each
     total = "total" + (f" ({scope})" if scope else "")
     rows = [(f"{terminal.number(e)} {e.name}", f"{fmt_points(e.score)} / {fmt_points(e.max_score)}",
              e.status, "" if e.status == PASSED or e.message == NOT_IMPLEMENTED_MESSAGE else e.message)
             for e in r.exercises]
     rows.append((total, f"{fmt_points(r.score)} / {fmt_points(r.max_score)}", "", ""))
-    if verbose:
+    if compact:
+        _print_nothing_found(r, console)
+    elif verbose:
         table = Table(title=Text(f"Grader: {r.submission}"), caption=Text(seed_line(r)))
         for i, header in enumerate(("exercise", "score", "status")):
             table.add_column(header, justify="right" if i == 1 else "left", no_wrap=True)
@@ -314,7 +335,7 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
     if r.error:
         console.print(Text(f"Not graded: {r.error}", style="bold red"))
     for e in r.exercises:
-        if (e.status == PASSED or e.status in _NOTHING_RAN) and not e.notes:
+        if (e.status == PASSED or e.status in _NOTHING_RAN) and not e.notes or compact:
             continue  # the table said it all
         console.print(Text(f"\n{terminal.number(e)} {e.name}", style="bold " + _STYLE.get(e.status, "red")))
         if verbose:
@@ -323,14 +344,15 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
         lines = terminal.diagnosis(e) if e.status in terminal.DIAGNOSED else []
         console.print(Text("\n".join(lines + [f"note: {n}" for n in e.notes])), highlight=False)
     skipped: dict[str, int] = {}
-    for e in r.exercises:
+    for e in r.exercises if not compact else []:  # nothing ran, so nothing was skipped
         for c in e.skipped_checks:
             skipped[c.message] = skipped.get(c.message, 0) + 1
     for why, n in skipped.items():
         console.print(Text(f"\n– {n} check(s) skipped, not counted: {why}", style="dim"), highlight=False)
-    if r.notes:
+    notes = [n for n in r.notes if not (compact and n in r.exercises[0].message)]
+    if notes:
         console.print(Text("\nnotes", style="bold"))
-        for n in r.notes:
+        for n in notes:
             console.print(Text(f"- {n}"), highlight=False)
     if r.output:
         console.print(Text("\nwhat your code printed (truncated)", style="bold"))
@@ -345,5 +367,6 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
                            f"{r.isolation.get('why', '')}", style="yellow"), highlight=False)
     tail = "public checks only: the full grader runs hidden cases too" if r.public_only else (
         f"hidden cases drawn with seed {r.seed}; reproduce with: {reproduce(r)}")
-    console.print(Text(f"\n{tail}" if verbose else tail, style="dim"), highlight=False)
+    if not compact:
+        console.print(Text(f"\n{tail}" if verbose else tail, style="dim"), highlight=False)
     console.print(Text(terminal.next_step(r), style="bold"), highlight=False)

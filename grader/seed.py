@@ -94,7 +94,15 @@ def for_command(arg: int | None, *, fallback: tuple[int, str] | None = None) -> 
         raise SystemExit(str(e)) from None
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m grader.seed``: print a fresh seed (``--help`` says what it is for)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m grader.seed",
+        description=f"Print a fresh 128-bit hidden-case seed, drawn with the secrets module. Draw one per "
+                    f"term and keep it secret: export {SEED_ENV}=$(python -m grader.seed)")
+    parser.parse_args(argv)
     print(draw())
     return 0
 

@@ -31,9 +31,15 @@ Table ``masks``: masks SDPA has no flag for, a causal sliding window
 
 How the figures are taken, all in one run of this script:
 
-* Time: the median wall time of at least ``--repeats`` calls (more for short
-  calls, until 0.3 s have been timed) after ``--warmup`` calls, with
-  ``time.perf_counter`` (and ``torch.cuda.synchronize`` on CUDA).
+* Time: the methods of one table and one L are timed in one process, *interleaved*:
+  ``--rounds`` rounds, each timing every method once (in an order that turns
+  round by round), so that a burst of load on a shared machine hits every method
+  alike. One sample is the mean of enough back-to-back calls to last about 20 ms,
+  after ``--warmup`` calls, with ``time.perf_counter`` (and
+  ``torch.cuda.synchronize`` on CUDA). The table gives each method's median sample
+  with its spread (lowest-highest), and its ratio to the baseline as the median of
+  the rounds' paired ratios (each round's method over that round's baseline) with
+  their range.
 * Peak extra memory on the CPU: each (method, L) runs in a *fresh* Python
   process, because ``ru_maxrss`` (the process's RSS high-water mark) can only go
   up. The process creates its inputs, warms the library up on a tiny problem
@@ -67,7 +73,7 @@ TABLES = {
 BASELINE = {"explicit": "sdpa", "fused": "sdpa", "predicate": "sdpa", "sdpa": "sdpa",
             "window_predicate": "window_dense", "window_dense": "window_dense",
             "document_predicate": "document_dense", "document_dense": "document_dense"}
-MIN_TIMING_S = 0.3
+SAMPLE_S = 0.02  # one timing sample: enough back-to-back calls to last about this long
 
 
 def _rss_bytes() -> int:
@@ -108,7 +114,7 @@ def _make_call(method: str, L: int, args):
 
 
 def worker(method: str, L: int, args) -> dict:
-    """Measure one (method, L) in this process; return the figures as a dict."""
+    """Measure the peak extra memory of one call of (method, L) in this process."""
     import torch
 
     cuda = args.device.startswith("cuda")
@@ -129,19 +135,36 @@ def worker(method: str, L: int, args) -> dict:
             peak = _maxrss_bytes() - before
             hidden = high_before > before + 1024 * 1024 and _maxrss_bytes() == high_before
         del out
-        for _ in range(args.warmup):
-            call()
-        sync()
-        times = []
-        # Short calls are repeated for at least MIN_TIMING_S so that the median
-        # is not at the mercy of one scheduler hiccup.
-        while len(times) < args.repeats or (sum(times) < MIN_TIMING_S and len(times) < 200):
+    return {"method": method, "L": L, "peak_bytes": peak, "lower_bound": hidden,
+            "threads": torch.get_num_threads()}
+
+
+def timings(methods: tuple[str, ...], L: int, args) -> dict[str, list[float]]:
+    """Seconds per call of each method, one sample per round, the methods interleaved."""
+    import torch
+
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    samples: dict[str, list[float]] = {m: [] for m in methods}
+    with torch.inference_mode():
+        calls = {m: _make_call(m, L, args) for m in methods}
+        inner = {}
+        for m, call in calls.items():
+            for _ in range(args.warmup):
+                call()
+            sync()
             t0 = time.perf_counter()
             call()
             sync()
-            times.append(time.perf_counter() - t0)
-    return {"method": method, "L": L, "time_s": statistics.median(times), "peak_bytes": peak,
-            "lower_bound": hidden, "threads": torch.get_num_threads()}
+            inner[m] = max(1, min(200, int(SAMPLE_S / max(time.perf_counter() - t0, 1e-6))))
+        for r in range(args.rounds):
+            order = methods[r % len(methods):] + methods[:r % len(methods)]
+            for m in order:
+                t0 = time.perf_counter()
+                for _ in range(inner[m]):
+                    calls[m]()
+                sync()
+                samples[m].append((time.perf_counter() - t0) / inner[m])
+    return samples
 
 
 def run_fresh(method: str, L: int, args) -> dict:
@@ -156,19 +179,22 @@ def run_fresh(method: str, L: int, args) -> dict:
 def _shared_flags(args) -> list[str]:
     return ["--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
             "--dtype", args.dtype, "--device", args.device, "--warmup", str(args.warmup),
-            "--repeats", str(args.repeats), "--window", str(args.window), "--documents", str(args.documents)]
+            "--rounds", str(args.rounds), "--window", str(args.window), "--documents", str(args.documents)]
 
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:8.1f}"
 
 
-def _row(L: int, method: str, r: dict, base: dict) -> str:
-    t_ratio = r["time_s"] / base["time_s"]
+def _row(L: int, method: str, r: dict, base: dict, times: list[float], base_times: list[float]) -> str:
+    ratios = [t / b for t, b in zip(times, base_times)]
+    t_med = statistics.median(times)
+    spread = f"{min(times) * 1e3:.2f}-{max(times) * 1e3:.2f}"
+    t_ratio = f"{statistics.median(ratios):6.2f} {min(ratios):5.2f}-{max(ratios):<5.2f}"
     m_ratio = f"{r['peak_bytes'] / base['peak_bytes']:7.1f}" if base["peak_bytes"] > 0 else "    n/a"
     star = "*" if r["lower_bound"] else " "
     memory = f"{_mib(r['peak_bytes'])}{star}{m_ratio}"
-    return f"{L:>6} {method:>18} {r['time_s'] * 1e3:9.2f} {t_ratio:7.2f} {memory}"
+    return f"{L:>6} {method:>18} {t_med * 1e3:9.2f} {spread:>15} {t_ratio} {memory}"
 
 
 def main() -> None:
@@ -180,7 +206,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=9, help="timing rounds, every method once per round")
     p.add_argument("--tables", nargs="+", choices=list(TABLES), default=list(TABLES))
     p.add_argument("--window", type=int, default=256, help="sliding window, in keys (table masks)")
     p.add_argument("--documents", type=int, default=4, help="packed documents per sequence (table masks)")
@@ -197,18 +223,20 @@ def main() -> None:
 
     cuda = args.device.startswith("cuda")
     started = time.perf_counter()
-    rows = {}
+    rows, times = {}, {}
     for table in args.tables:
         for L in args.lengths:
             for method in TABLES[table]:
                 rows[L, method] = worker(method, L, args) if cuda else run_fresh(method, L, args)
+            for method, samples in timings(TABLES[table], L, args).items():
+                times[L, method] = samples
     threads = next(iter(rows.values()))["threads"]
     where = torch.cuda.get_device_name() if cuda else f"CPU, {threads} threads"
     memory = "torch.cuda.max_memory_allocated" if cuda else "ru_maxrss - RSS before, fresh process each"
     print(f"self-attention, B={args.batch} H={args.heads} d={args.head_dim} {args.dtype}, "
           f"{where}, torch {torch.__version__}")
-    print(f"time: median of >= {args.repeats} calls after {args.warmup} warm-up; "
-          f"peak extra memory: {memory}")
+    print(f"time: median of {args.rounds} interleaved rounds (spread: lowest-highest); x base: median of "
+          f"the rounds' paired ratios (range); peak extra memory: {memory}")
     print(f"the (B, H, L, L) scores alone take B*H*L*L*{torch.finfo(getattr(torch, args.dtype)).bits // 8} "
           "bytes")
     titles = {"causal": "causal; ratios to sdpa (is_causal=True)",
@@ -216,10 +244,12 @@ def main() -> None:
                        "ratios to the same mask, dense, in SDPA"}
     for table in args.tables:
         print(f"\n{titles[table]}")
-        print(f"{'L':>6} {'method':>18} {'time ms':>9} {'x base':>7} {'peak MiB':>9} {'x base':>7}")
+        print(f"{'L':>6} {'method':>18} {'time ms':>9} {'spread ms':>15} {'x base':>6} {'range':<11} "
+              f"{'peak MiB':>9} {'x base':>7}")
         for L in args.lengths:
             for method in TABLES[table]:
-                print(_row(L, method, rows[L, method], rows[L, BASELINE[method]]))
+                base = BASELINE[method]
+                print(_row(L, method, rows[L, method], rows[L, base], times[L, method], times[L, base]))
     print(f"\ntotal benchmark time {time.perf_counter() - started:.1f} s")
 
 

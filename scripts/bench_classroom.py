@@ -2,8 +2,10 @@
 
 Builds N submissions (copies of solutions/, every fourth one with two planted
 bugs), grades the class with ``python -m grader class`` at --jobs 1 and at
---jobs J (each from scratch, --regrade; the two alternated --repeats times), and
-prints:
+--jobs J (each from scratch, --regrade; every setting in turn, --repeats rounds, so that
+a burst of load on a shared machine hits all settings alike), and prints medians over
+the rounds with their spread (lowest-highest), and each speed-up as the median of the
+rounds' paired ratios with their range:
 
 * wall time, CPU time and cores kept busy per setting: class mode's default
   (gradings forked from a server that imported torch once, their sandboxes from
@@ -20,7 +22,7 @@ prints:
 * peak memory of one grading (all its processes: what a Gradescope container needs);
 * the machine's load average before and after, since the machine may be shared.
 
-Usage: python scripts/bench_classroom.py [--n 16] [--jobs 2] [--repeats 2] [--seed 0] [--keep DIR]
+Usage: python scripts/bench_classroom.py [--n 16] [--jobs 2] [--repeats 5] [--seed 0] [--keep DIR]
        python scripts/bench_classroom.py --slope   (marginal cost per student, 16 -> 128 students)
 """
 
@@ -171,7 +173,7 @@ def main() -> int:
     p.add_argument("--n", type=int, default=16, help="submissions (default 16)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel workers (default: cores)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=2, help="runs of each setting, alternated (default 2)")
+    p.add_argument("--repeats", type=int, default=5, help="rounds of every setting, interleaved (default 5)")
     p.add_argument("--keep", type=Path, help="build the class here and keep it (default: a temp folder)")
     p.add_argument("--slope", action="store_true",
                    help="only the marginal cost per student: the slope between a class of 16 and of 128")
@@ -193,13 +195,14 @@ def main() -> int:
         if hasattr(os, "sched_setaffinity"):
             configs.insert(0, (1, (ONE_CORE,)))  # the class on one core: the strong-scaling baseline
         runs: dict[Config, list[tuple[float, float]]] = {c: [] for c in configs}
-        # The settings alternate so that a colleague's burst of load hits all alike; the
-        # fastest run of each is the least disturbed one.
+        # Every setting once per round, so that a colleague's burst of load hits all alike.
         for _ in range(args.repeats):
             for jobs, flags in configs:
                 out = root / f"out-{jobs}{''.join(flags)}"
                 runs[jobs, flags].append(grade(subs, out, jobs, args.seed, flags))
-        best = {c: min(rs) for c, rs in runs.items()}  # (wall, cpu) of the fastest run
+        # (median wall, median CPU) of each setting
+        best = {c: (statistics.median(w for w, _ in rs), statistics.median(u for _, u in rs))
+                for c, rs in runs.items()}
         load1 = os.getloadavg()
         peak_mib = peak_memory_one(subs / "student00", args.seed) if sys.platform == "linux" else float("nan")
         with open(root / f"out-{J}" / "grades.csv", newline="") as fh:
@@ -213,19 +216,25 @@ def main() -> int:
         print(f"class: {args.n} submissions ({args.n - buggy} correct, {buggy} with planted bugs); "
               f"statuses {statuses}; {full} at full marks")
         print(f"python -c 'import torch': {t_torch:.2f} s (median of 5)")
+        print(f"medians of {args.repeats} interleaved rounds; spread: the lowest and highest round")
         head = ("setting", "wall", "per sub.", "CPU/sub.", "cores busy")
-        print(f"{head[0]:<24} {head[1]:>7} {head[2]:>9} {head[3]:>9} {head[4]:>10}  all runs (wall)")
+        print(f"{head[0]:<24} {head[1]:>7} {head[2]:>9} {head[3]:>9} {head[4]:>10}  wall spread")
         for (jobs, flags), (wall, cpu) in best.items():
             label = " ".join([f"jobs={jobs}", *flags])
-            every = ", ".join(f"{w:.1f}" for w, _ in runs[jobs, flags])
+            walls = [w for w, _ in runs[jobs, flags]]
             print(f"{label:<24} {wall:6.1f}s {wall / args.n:8.2f}s {cpu / args.n:8.2f}s {cpu / wall:10.2f}  "
-                  f"{every}")
+                  f"{min(walls):.1f}-{max(walls):.1f} s")
+
+        def ratios(a: Config, b: Config) -> list[float]:
+            """a's wall over b's, round by round (both ran in the same round)."""
+            return [wa / wb for (wa, _), (wb, _) in zip(runs[a], runs[b])]
 
         def speedup(a: Config, b: Config) -> float:
-            return best[a][0] / best[b][0]
+            return statistics.median(ratios(a, b))
 
-        def medians(a: Config, b: Config) -> float:
-            return statistics.median(w for w, _ in runs[a]) / statistics.median(w for w, _ in runs[b])
+        def spread(a: Config, b: Config) -> str:
+            r = ratios(a, b)
+            return f"rounds {min(r):.2f}-{max(r):.2f}x"
 
         default1, defaultJ = (1, ()), (J, ())
         cores = min(J, os.cpu_count() or J)
@@ -234,16 +243,17 @@ def main() -> int:
             one = (1, (ONE_CORE,))
             verdict = "met" if speedup(one, defaultJ) >= 1.7 else "not met"
             print(f"speed-up on {cores} cores (jobs={J}) over 1 core (jobs=1, the run confined to one core): "
-                  f"{speedup(one, defaultJ):.2f}x (medians {medians(one, defaultJ):.2f}x); "
+                  f"{speedup(one, defaultJ):.2f}x ({spread(one, defaultJ)}); "
                   f"goal >= 1.7x on 2 cores: {verdict}")
         print(f"speed-up jobs={J} over jobs=1, both free to use every core: "
-              f"{speedup(default1, defaultJ):.2f}x (medians {medians(default1, defaultJ):.2f}x); smaller, as "
+              f"{speedup(default1, defaultJ):.2f}x ({spread(default1, defaultJ)}); smaller, as "
               f"one grading at a time already keeps {best[default1][1] / best[default1][0]:.2f} cores busy")
         for flag in ("--pin", "--no-preload"):
             a, b = (1, (flag,)), (J, (flag,))
-            print(f"  with {flag}: {speedup(a, b):.2f}x (medians {medians(a, b):.2f}x)")
+            print(f"  with {flag}: {speedup(a, b):.2f}x ({spread(a, b)})")
         print(f"class mode's default at jobs={J} vs a fresh `python -m grader` per student (--no-preload), "
-              f"jobs={J}: {speedup((J, ('--no-preload',)), defaultJ):.2f}x faster")
+              f"jobs={J}: {speedup((J, ('--no-preload',)), defaultJ):.2f}x faster "
+              f"({spread((J, ('--no-preload',)), defaultJ)})")
         busy = best[defaultJ][1] / best[defaultJ][0]
         print(f"jobs={J} keeps {busy:.2f} of {cores} cores busy ({busy / cores:.0%}); jobs=1 keeps "
               f"{best[default1][1] / best[default1][0]:.2f} busy (a grading starts its sandbox, a second "

@@ -356,7 +356,7 @@ def test_runtime_requirements_drop_dev_tools_keep_pins():
 def test_template_repository_has_no_solutions(tmp_path):
     dest = github.build_template(REPO, tmp_path / "template")
     assert (dest / ".github" / "workflows" / "classroom.yml").is_file()
-    assert (dest / "grader" / "__init__.py").is_file() and (dest / "attnmask" / "__init__.py").is_file()
+    assert (dest / "grader" / "__init__.py").is_file() and not (dest / "attnmask").exists()
     assert not (dest / "solutions").exists() and not (dest / "tests").exists()
     assert not list(dest.rglob("__pycache__"))
 
@@ -585,3 +585,30 @@ def test_template_readme_is_for_students_and_its_commands_work(tmp_path):
     assert "don't edit" not in students and "grader release" not in students
     for path in re.findall(r"`(ex\d+_\w+\.ipynb)`", students):
         assert (dest / "exercises" / path).is_file(), path
+
+
+def test_a_missing_folder_or_one_without_students_is_one_line_and_exit_2(tmp_path, capsys):
+    """Before any seed is drawn or printed, and with nothing written."""
+    (tmp_path / "nobody").mkdir()
+    (tmp_path / "nobody" / "notes.txt").write_text("not a student")
+    for folder in (tmp_path / "missing", tmp_path / "nobody"):
+        assert classroom.main([str(folder), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and err.startswith("python -m grader class: error:"), err
+        assert "seed" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_counts_an_empty_submission_as_a_failure_not_as_graded(tmp_path, capsys):
+    rows = [classroom.Row("alice", "alice", "graded", "", total=10, max=100),
+            classroom.Row("frank", "frank", "empty", "no notebook or .py file")]
+    classroom.print_summary(rows, seed=1, out=tmp_path, wall=1.0, jobs=1)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "students" in ln)
+    values = next(ln for ln in lines[at + 1:] if ln.startswith("│"))
+    names = [c.strip() for c in lines[at].strip("┃ ").split("┃")]
+    cells = [c.strip() for c in values.strip("│ ").split("│")]
+    summary = dict(zip(names, cells))
+    assert summary["students"] == "2" and summary["graded"] == "1" and summary["failures"] == "1", out
+

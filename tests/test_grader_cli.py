@@ -194,3 +194,26 @@ def test_a_partly_finished_folder_fits_on_one_screen(tmp_path):
     verbose = run(str(folder), "--verbose")
     assert verbose.stdout.count("the padding is off by one") > 1
     assert len(verbose.stdout.splitlines()) > len(lines)
+
+
+def test_a_misspelled_subcommand_names_the_closest_one(tmp_path):
+    p = run("clas", str(tmp_path))
+    assert p.returncode == 2 and p.stdout == ""
+    (line,) = p.stderr.splitlines()
+    assert "did you mean `python -m grader class`?" in line and "release, gradescope" in line
+
+
+def test_an_empty_notebook_is_one_line_not_one_per_exercise(tmp_path):
+    """Every exercise 'not found' for one reason: said once, with the total and the next step."""
+    import nbformat
+
+    empty = tmp_path / "empty.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(), empty)
+    p = run(str(empty), "--json", str(tmp_path / "r.json"))
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    text = " ".join(" ".join(lines).split())  # the terminal's line breaks undone
+    assert text.count("total") == 1 and "not found: empty.ipynb has no code" in text, p.stdout
+    assert lines[-1].startswith("next: exercise 1.1 causal_mask")
+    assert len(lines) <= 5, p.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["score"] == 0

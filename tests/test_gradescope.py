@@ -96,6 +96,12 @@ def test_bundle_holds_what_gradescope_needs(bundle):
     assert not any("__pycache__" in n or n.startswith(("solutions/", "tests/")) for n in names)
     assert "torch==2.13.0" in reqs and "-e ." not in reqs and "ruff" not in reqs
     assert seed == str(SEED)
+    # The seed is the instructor's alone, as class mode's files are.
+    assert modes["grader_seed"] & 0o777 == 0o600 and bundle.stat().st_mode & 0o777 == 0o600
+    assert (bundle.parent / "autograder" / "grader_seed").stat().st_mode & 0o777 == 0o600
+    # Each comment kept belongs to a requirement kept under it: none speaks of a line left out.
+    assert reqs.rstrip().splitlines()[-1].strip()[:1] not in ("#", "")
+    assert "jupyter lab" not in reqs and "editable" not in reqs
     for script in ("setup.sh", "run_autograder"):
         assert subprocess.run(["bash", "-n", str(bundle.parent / "autograder" / script)]).returncode == 0
 

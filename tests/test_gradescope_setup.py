@@ -30,9 +30,13 @@ exit 0
 """
 
 
-def _system(tmp_path: Path, *, pythons: dict[str, str], apt_works: bool) -> tuple[Path, dict]:
+def _system(tmp_path: Path, *, pythons: dict[str, str], apt_works: bool, bwrap: bool = True
+            ) -> tuple[Path, dict]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    if bwrap:  # bubblewrap already installed (a fake: setup.sh only asks whether it is there)
+        (bin_dir / "bwrap").write_text("#!/bin/bash\nexit 0\n")
+        (bin_dir / "bwrap").chmod(0o755)
     for tool in TOOLS:
         found = shutil.which(tool)
         assert found, tool
@@ -72,6 +76,13 @@ def test_python_3_11_present_is_used_without_apt(tmp_path):
     assert not [line for line in log if line.startswith("apt-get")]
     assert any(line.startswith("python3.11 -m venv") for line in log)
     assert any("pip install" in line and "requirements.txt" in line for line in log)
+
+
+def test_bubblewrap_is_installed_where_it_is_missing(tmp_path):
+    """Student code runs inside bubblewrap; without it the grader refuses to grade as root."""
+    p, log = _run(tmp_path, pythons={"python3.11": "3.11"}, apt_works=True, bwrap=False)
+    assert p.returncode == 0, p.stderr
+    assert any(line.startswith("apt-get install") and "bubblewrap" in line for line in log), log
 
 
 def test_ubuntu_22_04_gets_python_3_11_from_apt(tmp_path):

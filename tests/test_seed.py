@@ -59,3 +59,10 @@ def test_gradescope_and_class_mode_draw_128_bit_seeds(tmp_path, monkeypatch):
     assert seeds.for_command(None, fallback=classroom.last_run_seed(tmp_path))[0] == 12345
     zip_path = build(tmp_path / "gs", seed=seeds.for_command(None)[0])
     assert int((zip_path.parent / "autograder" / SEED_FILE).read_text()) >= 2**64
+
+
+def test_seed_help_helps_and_draws_nothing():
+    p = subprocess.run([sys.executable, "-m", "grader.seed", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "usage: python -m grader.seed" in p.stdout and "GRADER_SEED" in p.stdout
+    assert not any(line.strip().isdigit() for line in p.stdout.splitlines())

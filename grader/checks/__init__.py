@@ -3,40 +3,49 @@
 ``EXERCISES[name].make_checks(seed, hidden=False)`` gives the public checks (the
 ones the in-notebook ``check`` runs); ``hidden=True`` adds the randomized
 hidden checks drawn from ``seed``. Each exercise is declared once, where its checks are
-(:func:`grader.spec.exercise`), and listed once, in ``attnmask.CONTRACT``.
+(:func:`grader.spec.exercise`, in a chapter module ``chN_*.py``), and listed once, in
+``attnmask.CONTRACT``.
+
+In the student template there is no ``attnmask`` and no chapter module: there
+``EXERCISES`` holds the public checks recorded at release time, judged against the
+reference's outputs stored as data (:mod:`grader.checks.recorded`). Nothing here is
+imported before ``EXERCISES`` is asked for, so the judges' modules import without the reference.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from collections.abc import Callable
 from dataclasses import replace
+from types import ModuleType
 
-from attnmask import CONTRACT
-
-from .. import cases
 from ..spec import Check, Exercise
-from . import (
-    ch1_leakage,
-    ch2_softmax,
-    ch3_padding,
-    ch4_combined,
-    ch5_cross,
-    ch6_cache,
-    ch7_variants,
-    ch8_speed,
-    ch9_real,
-    ch10_serving,
-)
 
-#: The chapters' check modules, by chapter number.
-_CHAPTERS = {1: ch1_leakage, 2: ch2_softmax, 3: ch3_padding, 4: ch4_combined, 5: ch5_cross, 6: ch6_cache,
-             7: ch7_variants, 8: ch8_speed, 9: ch9_real, 10: ch10_serving}
+_CHAPTER = re.compile(r"^ch(\d+)_")
 
 
-def _declared(name: str) -> tuple[int, Callable[..., list[Check]]]:
+def chapters() -> dict[int, ModuleType]:
+    """The chapters' check modules (``chN_*.py`` in this package), by chapter number."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        m = _CHAPTER.match(info.name)
+        if m:
+            found[int(m.group(1))] = info.name
+    return {n: importlib.import_module(f"{__name__}.{found[n]}") for n in sorted(found)}
+
+
+def has_reference() -> bool:
+    """True where the checks are computed with the reference (the course), False in the student
+    template, which holds only the public checks' recorded data."""
+    return any(_CHAPTER.match(info.name) for info in pkgutil.iter_modules(__path__))
+
+
+def _declared(name: str, modules: dict[int, ModuleType]) -> tuple[int, Callable[..., list[Check]]]:
     """The chapter and the checks of exercise ``name``: its ``NAME_checks``, declared with
     :func:`grader.spec.exercise` in its chapter's module."""
-    for chapter, module in _CHAPTERS.items():
+    for chapter, module in modules.items():
         make = getattr(module, f"{name}_checks", None)
         if make is not None and hasattr(make, "statement"):
             return chapter, make
@@ -52,6 +61,8 @@ def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Ch
     def make_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         if _BUILT is not None and (make, seed, hidden) in _BUILT:
             return _BUILT[make, seed, hidden]
+        from .. import cases  # here: importing this package must not import torch (the engine's start)
+
         checks = make(seed, hidden)
         rules = [replace(c, public=True) for c in make(cases.PUBLIC_SEED, True)
                  if c.kind == "property" and c.requires is None]
@@ -66,14 +77,31 @@ def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Ch
     return make_checks
 
 
-#: The graded exercises, by function name, in the contract's order (``attnmask.CONTRACT``,
-#: the one list of them).
-EXERCISES: dict[str, Exercise] = {}
-for _name in CONTRACT:
-    _chapter, _make = _declared(_name)
-    EXERCISES[_name] = Exercise(_name, _chapter, with_public_rules(_make), _make.points, _make.statement)
-#: Points per exercise.
-POINTS: dict[str, float] = {name: ex.points for name, ex in EXERCISES.items()}
+def declared() -> dict[str, Exercise]:
+    """The exercises as the chapters declare them, computed with the reference (``attnmask``),
+    in the contract's order (``attnmask.CONTRACT``, the one list of them)."""
+    from attnmask import CONTRACT
+
+    modules = chapters()
+    out: dict[str, Exercise] = {}
+    for name in CONTRACT:
+        chapter, make = _declared(name, modules)
+        out[name] = Exercise(name, chapter, with_public_rules(make), make.points, make.statement)
+    return out
+
+
+_LOADED: dict[str, Exercise] = {}
+
+
+def _exercises() -> dict[str, Exercise]:
+    if not _LOADED:
+        if has_reference():
+            _LOADED.update(declared())
+        else:
+            from . import recorded
+
+            _LOADED.update(recorded.load())
+    return _LOADED
 
 
 #: (make, seed, hidden) -> the checks built: filled by :func:`prepare_class`, None elsewhere.
@@ -88,10 +116,13 @@ def prepare_class(seed: int, hidden: bool = True) -> int:
     global _BUILT
     from . import judges
 
+    if not has_reference():  # the student template: nothing to compute ahead
+        return 0
     _BUILT = {} if _BUILT is None else _BUILT
     kept = 0
-    for name, ex in EXERCISES.items():
-        recipes = [r for r in vars(_CHAPTERS[ex.chapter]).values()
+    modules = chapters()
+    for name, ex in _exercises().items():
+        recipes = [r for r in vars(modules[ex.chapter]).values()
                    if isinstance(r, judges.Recipe) and r.name == name]
         for check in ex.make_checks(seed, hidden):
             for call in check.calls:
@@ -116,9 +147,21 @@ def forget_class() -> None:
 
 def public_summary(name: str) -> str:
     """The one-line task statement of exercise ``name``."""
-    if name not in EXERCISES:
-        raise KeyError(f"unknown exercise {name!r}; expected one of {list(EXERCISES)}")
-    return EXERCISES[name].statement
+    exercises = _exercises()
+    if name not in exercises:
+        raise KeyError(f"unknown exercise {name!r}; expected one of {list(exercises)}")
+    return exercises[name].statement
 
 
-__all__ = ["EXERCISES", "POINTS", "public_summary"]
+def __getattr__(name: str):
+    # EXERCISES: the graded exercises, by function name, in the contract's order.
+    # POINTS: points per exercise; they add up to 100.
+    if name == "EXERCISES":
+        return _exercises()
+    if name == "POINTS":
+        return {n: ex.points for n, ex in _exercises().items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["EXERCISES", "POINTS", "declared", "forget_class", "has_reference", "prepare_class",
+           "public_summary"]

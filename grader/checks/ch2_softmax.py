@@ -16,9 +16,10 @@ import attnmask as am
 from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
-from ..spec import Call, Check, Outcome, Verdict, exercise
+from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
+from .properties import pair_judge
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -30,21 +31,23 @@ def diagnose_additive(args, kwargs, got, index, dtype) -> str | None:
     mask = args[0]
     target = kwargs.get("dtype", F32)
     lowest = torch.finfo(target).min
-    g = got.double()
-    allowed_vals, blocked_vals = g[mask], g[~mask]
-    if bool(torch.isnan(allowed_vals).any()):
-        return M["zero_times_inf"]
-    if bool((blocked_vals == 0).all()) and bool((allowed_vals <= lowest).all()):
-        return M["inverted"]
-    if bool((allowed_vals == 1).all()) and bool((blocked_vals == 0).all()):
-        return ("this is a multiplicative 0/1 mask: an additive mask is 0 where attention is allowed and "
-                "-inf where it is blocked, so that softmax(scores + bias) ignores blocked keys.")
-    finite = blocked_vals[torch.isfinite(blocked_vals)]
-    if bool((allowed_vals == 0).all()) and finite.numel() and bool((finite > lowest).any()):
-        return (f"blocked positions hold {float(finite.max()):g}, which is not negative enough: "
-                f"use -inf or at most torch.finfo({dg.dtype_str(target)}).min = {lowest:.4g}, so that "
-                "no real score can outweigh it.")
-    return None
+    inf = float("inf")
+
+    def fill(allowed: float, blocked: float) -> torch.Tensor:
+        return torch.where(mask, allowed, blocked).double()
+
+    return dg.name_mistake(got, [
+        (M["zero_times_inf"], lambda: fill(float("nan"), -inf)),
+        (M["inverted"], lambda: fill(-inf, 0.0)),
+        (M["inverted"], lambda: fill(lowest, 0.0)),
+        ("this is a multiplicative 0/1 mask: an additive mask is 0 where attention is allowed and "
+         "-inf where it is blocked, so that softmax(scores + bias) ignores blocked keys.",
+         lambda: fill(1.0, 0.0)),
+        *[(f"blocked positions hold {v:g}, which is not negative enough: use -inf or at most "
+           f"torch.finfo({dg.dtype_str(target)}).min = {lowest:.4g}, so that no real score can outweigh it.",
+           lambda v=v: fill(0.0, v).to(target).double())
+          for v in (-1e4, -1e5, -1e9, -65504.0, -1e30) if float(torch.tensor(v).to(target)) > lowest],
+    ], target)
 
 
 ADDITIVE = J.Recipe(
@@ -227,45 +230,6 @@ def diagnose_attention(args, kwargs, got, index, dtype) -> str | None:
 ATTENTION = J.Recipe("attention", am.attention, ("q", "k", "v", "mask"),
                      (J.Out("out", "number", "(..., Lq, dv)"), J.Out("weights", "number", "(..., Lq, Lk)")),
                      diagnose_attention)
-
-
-def pair_judge(recipe: J.Recipe, rows, what: str, only: tuple[int, ...] | None = None):
-    """Calls come in pairs that differ only in positions that must not matter;
-    ``rows(call) -> bool (..., Lq)`` marks the query rows that must come out the
-    same in the outputs ``only`` (default: all). Judged against the student's own
-    outputs, not the reference."""
-
-    def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
-        for k in range(0, len(calls) - 1, 2):
-            a, b = outcomes[k], outcomes[k + 1]
-            inputs = J.inputs_of(recipe, calls[k])
-            for o in (a, b):
-                if o.error is not None:
-                    return J.raised(o.error, inputs)
-            ga, msg_a = dg.unpack(a.output, recipe.out_names)
-            gb, msg_b = dg.unpack(b.output, recipe.out_names)
-            if msg_a or msg_b:
-                return dg.fail(msg_a or msg_b)
-            keep = rows(calls[k])  # (..., Lq) bool
-            dtype = J.float_dtype(calls[k])
-            args, kwargs = J.cpu_args(calls[k])
-            want = J.reference(recipe, calls[k])
-            for i, (out, x, y) in enumerate(zip(recipe.outs, ga, gb)):
-                if only is not None and i not in only:
-                    continue
-                for got in (x, y):
-                    _, _, msg = J.fit(out, got, want[i], args, kwargs)
-                    if msg:
-                        return dg.fail(msg, f"inputs: {inputs}")
-                sel = torch.broadcast_to(keep[..., None], x.shape)
-                x0, y0 = torch.where(sel, x.double(), 0.0), torch.where(sel, y.double(), 0.0)
-                if not dg.close(y0, x0, dtype):
-                    return dg.fail(what, "the same call with those positions changed gave a different "
-                                   f"{out.name} (got: after the change, expected: before it):\n"
-                                   + dg.number_detail(y0, x0, dtype, out.name, inputs))
-        return dg.PASS
-
-    return dg.judged(judge)
 
 
 def future_rows(call: Call) -> torch.Tensor:

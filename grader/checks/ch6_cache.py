@@ -11,7 +11,7 @@ import attnmask as am
 from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
-from ..spec import Call, Check, Outcome, Verdict, exercise
+from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
 from .ch2_softmax import global_max, pair_judge
@@ -74,40 +74,6 @@ def decoding_calls(gen, B: int, H: int, L: int, d: int) -> list[Call]:
     return [step(0, L)] + [step(t, t + 1) for t in range(L)] + [step(2, 5)]
 
 
-def decoding_judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
-    """The outputs of the step-by-step and chunked calls equal the rows of the
-    full pass, and the returned caches equal the sequence's prefix."""
-    R = CACHE
-    for call, o in zip(calls, outcomes):
-        if o.error is not None:
-            return J.raised(o.error, J.inputs_of(R, call))
-    outs = []
-    for call, o in zip(calls, outcomes):
-        got, msg = dg.unpack(o.output, R.out_names)
-        if msg:
-            return dg.fail(msg)
-        args, kwargs = J.cpu_args(call)
-        for out, g, w in zip(R.outs, got, J.reference(R, call)):
-            _, _, msg = J.fit(out, g, w, args, kwargs)
-            if msg:
-                return dg.fail(msg, f"inputs: {J.inputs_of(R, call)}")
-        outs.append(got)
-    full, k = outs[0][0], calls[0].args[1]
-    L = full.shape[2]
-    pieces = [(t, t + 1, outs[1 + t]) for t in range(L)] + [(2, 5, outs[-1])]
-    for (start, stop, got), call in zip(pieces, calls[1:]):
-        label = f"token {start}" if stop == start + 1 else f"tokens {start}..{stop - 1} at once"
-        want = full[:, :, start:stop]
-        if not dg.close(got[0], want, F32):
-            return dg.fail(
-                f"decoding {label} with a cache of {start} gave a different output than the full pass: "
-                "new query i must see exactly keys 0 .. T + i",
-                dg.number_detail(got[0], want, F32, "out", J.inputs_of(R, call)))
-        if not torch.equal(got[1], k[:, :, :stop]):
-            return dg.fail(f"decoding {label}: k_all is not cat(k_cache, k_new, dim=2)")
-    return dg.PASS
-
-
 def future_rows(call: Call) -> torch.Tensor:
     n = call.args[0].shape[2]
     return torch.arange(n) < n // 2  # (n,)
@@ -138,7 +104,7 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
     return checks + [
         J.values(R, "chunk of new tokens (B=2, n > 1, T > 0)", [Call(qkv(gen, B, H, n, T, d))]),
         Check("step by step equals the full pass", decoding_calls(gen, B, H, 6, d),
-              dg.judged(decoding_judge), kind="property"),
+              P.decoding_judge(R), kind="property"),
         Check("later new tokens do not change earlier ones", chunk_pairs(gen, B, H, 4, T, d),
               pair_judge(R, future_rows, M["future_leak"], only=(0,)), kind="property"),
         J.values(R, "float16", [Call(qkv(gen, B, H, n, T, d, F16))]),

@@ -19,7 +19,7 @@ import attnmask as am
 from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
-from ..spec import Call, Check, Outcome, Verdict, exercise
+from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
 from .ch2_softmax import with_empty_row
@@ -138,23 +138,6 @@ TILED = J.Recipe("tiled_attention", am.tiled_attention, ("q", "k", "v", "mask", 
 
 # --------------------------------------------------------------------------- no (Lq, Lk) intermediate
 
-def allocation_judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
-    """No floating tensor created during the call has Lq·Lk entries or more."""
-    R = TILED
-    for call, o in zip(calls, outcomes):
-        inputs = J.inputs_of(R, call)
-        if o.error is not None:
-            return J.raised(o.error, inputs)
-        if o.largest is None:
-            return dg.fail("the tensors created during the call were not recorded")
-        Lq, Lk = call.args[0].shape[-2], call.args[1].shape[-2]
-        if math.prod(o.largest) >= Lq * Lk:
-            return dg.fail(M["full_scores"],
-                           f"the largest floating tensor created has shape {dg.shape_str(o.largest)}, "
-                           f"{math.prod(o.largest)} entries; Lq·Lk = {Lq}·{Lk} = {Lq * Lk}; inputs: {inputs}")
-    return dg.PASS
-
-
 # --------------------------------------------------------------------------- cases
 
 def qkv(gen, B, H, Lq, Lk, d, dv, dtype=F32, scale=1.0):
@@ -265,5 +248,5 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         Check("never creates a floating (Lq, Lk) tensor (Lq=16, Lk=64, tile=4)",
               [Call((*qkv(gen, *memory), big), {"tile": 4}, allocations=True),
                Call(qkv(gen, *memory), {"tile": 4}, allocations=True)],
-              dg.judged(allocation_judge), kind="property", weight=8.0),
+              P.allocation_judge(TILED, M["full_scores"]), kind="property", weight=8.0),
     ]

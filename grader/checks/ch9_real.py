@@ -312,8 +312,13 @@ def diagnose_alibi(args, kwargs, got, index, dtype) -> str | None:
         (X["alibi_key_form"],
          lambda: (slopes.double()[:, None, None] * j).masked_fill(j > pos_q, float("-inf"))),
         (X["alibi_reversed"], lambda: _bias(slopes.flip(0), Lq, Lk, Lk - Lq)),
+        *[(X["alibi_finite"], lambda fill=fill: ref.clamp(min=fill)) for fill in FINITE_FILLS],
         (X["alibi_finite"], lambda: torch.where(torch.isinf(ref) & (got.double() < -1e3), got.double(), ref)),
     ], dtype)
+
+
+#: The finite "minus infinity"s people use instead of -inf: each dtype's lowest, -1e9, -1e4.
+FINITE_FILLS = (torch.finfo(F32).min, torch.finfo(F16).min, torch.finfo(BF16).min, -1e9, -1e4)
 
 
 ALIBI = J.Recipe("alibi_bias", am.alibi_bias, ("n_heads", "Lq", "Lk"),

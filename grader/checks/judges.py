@@ -13,6 +13,7 @@ are in :mod:`grader.checks.properties`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,14 @@ class Out:
     shape: Callable[[tuple, dict], tuple[int, ...]] | None = None
     dtype: Callable[[tuple, dict], torch.dtype | None] | None = None
 
+    def expected_dtype(self, call: Call, args: tuple, kwargs: dict) -> torch.dtype | None:
+        """The dtype this output must have for ``call`` (None: any floating dtype)."""
+        if self.dtype is not None:
+            return self.dtype(args, kwargs)
+        if self.kind == "mask":
+            return torch.bool
+        return float_dtype(call)
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -58,6 +67,21 @@ class Recipe:
     @property
     def out_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outs)
+
+    def expected(self, call: Call) -> list[torch.Tensor]:
+        """The reference's outputs for ``call``, on the CPU (float64 for float inputs)."""
+        args, kwargs = cpu_args(call)
+        return as_list(self.ref(*args, **kwargs))
+
+    def diagnosis(self, call: Call, args: tuple, kwargs: dict, got: torch.Tensor, index: int,
+                  dtype: torch.dtype) -> str | None:
+        """The classic mistake behind the wrong output ``index`` of ``call``, or None."""
+        if self.diagnose is None:
+            return None
+        try:
+            return self.diagnose(args, kwargs, got, index, dtype)
+        except Exception:  # noqa: BLE001 -- a recogniser must never make the judge fail
+            return None
 
 
 # --------------------------------------------------------------------------- reference side
@@ -104,8 +128,7 @@ def remember(recipe: Recipe, call: Call) -> None:
     global _REMEMBERED
     if _REMEMBERED is None:
         _REMEMBERED = {}
-    args, kwargs = cpu_args(call)
-    _REMEMBERED[id(recipe), id(call)] = (recipe, call, as_list(recipe.ref(*args, **kwargs)))
+    _REMEMBERED[id(recipe), id(call)] = (recipe, call, recipe.expected(call))
 
 
 def reference(recipe: Recipe, call: Call) -> list[torch.Tensor]:
@@ -113,12 +136,39 @@ def reference(recipe: Recipe, call: Call) -> list[torch.Tensor]:
     if kept is not None and kept[0] is recipe and kept[1] is call:
         # a copy: a judge may not change what the next grading compares with
         return [t.clone() if isinstance(t, torch.Tensor) else t for t in kept[2]]
-    args, kwargs = cpu_args(call)
-    return as_list(recipe.ref(*args, **kwargs))
+    return recipe.expected(call)
 
 
 def inputs_of(recipe: Recipe, call: Call) -> str:
     return dg.describe_args(recipe.arg_names, call.args, {k: v for k, v in call.kwargs.items()})
+
+
+#: The judge factories, by name: a judge they make records how it was made (``made_by``), so
+#: that the student template rebuilds its public checks from data (:mod:`grader.checks.recorded`).
+FACTORIES: dict[str, Callable[..., Callable]] = {}
+#: Those of them whose judges name classic mistakes (:meth:`Recipe.diagnosis`): release records
+#: the mistakes' outputs for their calls only.
+NAMES_MISTAKES: set[str] = set()
+
+
+def rebuildable(factory: Callable[..., Callable] | None = None, *, names_mistakes: bool = False):
+    """Declare a judge factory whose judges the student template can rebuild: its arguments are
+    recipes, plain values, and functions of one :class:`~grader.spec.Call`. ``names_mistakes``:
+    its judges call :meth:`Recipe.diagnosis` (:func:`judge_call` does)."""
+
+    def declare(factory: Callable[..., Callable]) -> Callable[..., Callable]:
+        @functools.wraps(factory)
+        def make(*args, **kwargs):
+            judge = factory(*args, **kwargs)
+            judge.made_by = (factory.__name__, args, kwargs)
+            return judge
+
+        FACTORIES[factory.__name__] = make
+        if names_mistakes:
+            NAMES_MISTAKES.add(factory.__name__)
+        return make
+
+    return declare if factory is None else declare(factory)
 
 
 # --------------------------------------------------------------------------- comparing one output
@@ -206,12 +256,7 @@ def judge_call(recipe: Recipe, call: Call, outcome: Outcome, only: Sequence[int]
             return dg.fail(msg, f"inputs: {inputs}")
         problem = compare(out, g, w, dtype, inputs, kwargs)
         if problem:
-            diagnosis = None
-            if recipe.diagnose is not None:
-                try:
-                    diagnosis = recipe.diagnose(args, kwargs, g, i, dtype)
-                except Exception:  # noqa: BLE001 -- a recogniser must never make the judge fail
-                    diagnosis = None
+            diagnosis = recipe.diagnosis(call, args, kwargs, g, i, dtype)
             message = f"{out.name}: {diagnosis}" if diagnosis else problem[0]
             return dg.fail(message, problem[1])
     return None
@@ -223,6 +268,7 @@ def size(call: Call) -> int:
                for a in call.args)
 
 
+@rebuildable(names_mistakes=True)
 def values_judge(recipe: Recipe, only: Sequence[int] | None = None):
     def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
         order = sorted(range(len(calls)), key=lambda i: size(calls[i]))
@@ -235,6 +281,7 @@ def values_judge(recipe: Recipe, only: Sequence[int] | None = None):
     return dg.judged(judge)
 
 
+@rebuildable
 def dtype_judge(recipe: Recipe):
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
@@ -257,11 +304,7 @@ def dtype_judge(recipe: Recipe):
 
 
 def expected_dtype(out: Out, call: Call, args: tuple, kwargs: dict) -> torch.dtype | None:
-    if out.dtype is not None:
-        return out.dtype(args, kwargs)
-    if out.kind == "mask":
-        return torch.bool
-    return float_dtype(call)
+    return out.expected_dtype(call, args, kwargs)
 
 
 def dtype_hint(out: Out, want: torch.dtype) -> str:

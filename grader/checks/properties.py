@@ -16,7 +16,7 @@ import torch
 from .. import cases, errors
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
-from ..spec import Call, Check
+from ..spec import Call, Check, Verdict
 from .judges import (
     Recipe,
     as_list,
@@ -28,12 +28,14 @@ from .judges import (
     inputs_of,
     judge_call,
     raised,
+    rebuildable,
     reference,
     values,
 )
 
 # --------------------------------------------------------------------------- judging properties
 
+@rebuildable
 def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
     """Every output on ``device`` with the contract's dtype and shape (values unread).
 
@@ -78,6 +80,7 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
     return dg.judged(judge)
 
 
+@rebuildable
 def unchanged_judge(recipe: Recipe):
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
@@ -125,6 +128,7 @@ def reference_grads(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None
     return dict(zip(idx, grads))
 
 
+@rebuildable(names_mistakes=True)
 def grads_judge(recipe: Recipe):
     """Gradients exist, are finite, and (float32 calls) match the reference's."""
 
@@ -181,6 +185,7 @@ NAN_GRADS = ("the softmax of an all -inf row is NaN in the backward pass too, ev
              "(its backward zeroes blocked positions) or keep fully masked rows finite before the softmax.")
 
 
+@rebuildable(names_mistakes=True)
 def cuda_judge(recipe: Recipe):
     """Calls come in pairs (cuda, cpu): the CUDA result is on CUDA, matches the
     reference, and matches the student's own CPU result."""
@@ -219,6 +224,86 @@ def cuda_judge(recipe: Recipe):
                 elif not dg.close(g, m, dtype):
                     return dg.fail(f"{out.name} on CUDA differs from your CPU result",
                                    dg.number_detail(g, m, dtype, out.name, inputs))
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+@rebuildable
+def pair_judge(recipe: Recipe, rows, what: str, only: tuple[int, ...] | None = None):
+    """Calls come in pairs that differ only in positions that must not matter;
+    ``rows(call) -> bool (..., Lq)`` marks the query rows that must come out the
+    same in the outputs ``only`` (default: all). Judged against the student's own
+    outputs, not the reference."""
+
+    def judge(calls: list[Call], outcomes) -> Verdict:
+        for k in range(0, len(calls) - 1, 2):
+            a, b = outcomes[k], outcomes[k + 1]
+            inputs = inputs_of(recipe, calls[k])
+            for o in (a, b):
+                if o.error is not None:
+                    return raised(o.error, inputs)
+            ga, msg_a = dg.unpack(a.output, recipe.out_names)
+            gb, msg_b = dg.unpack(b.output, recipe.out_names)
+            if msg_a or msg_b:
+                return dg.fail(msg_a or msg_b)
+            keep = rows(calls[k])  # (..., Lq) bool
+            dtype = float_dtype(calls[k])
+            args, kwargs = cpu_args(calls[k])
+            want = reference(recipe, calls[k])
+            for i, (out, x, y) in enumerate(zip(recipe.outs, ga, gb)):
+                if only is not None and i not in only:
+                    continue
+                for got in (x, y):
+                    _, _, msg = fit(out, got, want[i], args, kwargs)
+                    if msg:
+                        return dg.fail(msg, f"inputs: {inputs}")
+                sel = torch.broadcast_to(keep[..., None], x.shape)
+                x0, y0 = torch.where(sel, x.double(), 0.0), torch.where(sel, y.double(), 0.0)
+                if not dg.close(y0, x0, dtype):
+                    return dg.fail(what, "the same call with those positions changed gave a different "
+                                   f"{out.name} (got: after the change, expected: before it):\n"
+                                   + dg.number_detail(y0, x0, dtype, out.name, inputs))
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+@rebuildable
+def decoding_judge(recipe: Recipe):
+    """KV-cache decoding (``out, k_all, v_all = f(q, k_new, v_new, k_cache, v_cache)``): the
+    first call is a full pass over L tokens with an empty cache, then one call per token, then
+    one chunk of tokens 2..4; the step and chunk outputs equal the rows of the full pass, and
+    each returned k_all is the sequence's prefix."""
+
+    def judge(calls: list[Call], outcomes) -> Verdict:
+        for call, o in zip(calls, outcomes):
+            if o.error is not None:
+                return raised(o.error, inputs_of(recipe, call))
+        outs = []
+        for call, o in zip(calls, outcomes):
+            got, msg = dg.unpack(o.output, recipe.out_names)
+            if msg:
+                return dg.fail(msg)
+            args, kwargs = cpu_args(call)
+            for out, g, w in zip(recipe.outs, got, reference(recipe, call)):
+                _, _, msg = fit(out, g, w, args, kwargs)
+                if msg:
+                    return dg.fail(msg, f"inputs: {inputs_of(recipe, call)}")
+            outs.append(got)
+        full, k = outs[0][0], calls[0].args[1]
+        L = full.shape[2]
+        pieces = [(t, t + 1, outs[1 + t]) for t in range(L)] + [(2, 5, outs[-1])]
+        for (start, stop, got), call in zip(pieces, calls[1:]):
+            label = f"token {start}" if stop == start + 1 else f"tokens {start}..{stop - 1} at once"
+            want = full[:, :, start:stop]
+            if not dg.close(got[0], want, torch.float32):
+                return dg.fail(
+                    f"decoding {label} with a cache of {start} gave a different output than the full pass: "
+                    "new query i must see exactly keys 0 .. T + i",
+                    dg.number_detail(got[0], want, torch.float32, "out", inputs_of(recipe, call)))
+            if not torch.equal(got[1], k[:, :, :stop]):
+                return dg.fail(f"decoding {label}: k_all is not cat(k_cache, k_new, dim=2)")
         return dg.PASS
 
     return dg.judged(judge)
@@ -272,3 +357,29 @@ def int_mask_checks(R: Recipe, seed: int, hidden: bool, public: list[tuple[str, 
         on_device(R, "honours device= (meta)", [Call(random_args[0], {"device": "meta"})]),
         on_cuda(R, "matches on CUDA", [Call(random_args[-1])], cuda_kwargs=True),
     ]
+
+
+@rebuildable
+def allocation_judge(recipe: Recipe, message: str):
+    """No floating tensor created during a call has Lq·Lk entries or more (the worker records
+    the largest one for calls that ask, :attr:`grader.spec.Call.allocations`); ``message``:
+    what materialising the full score matrix means for this exercise."""
+
+    def judge(calls: list[Call], outcomes: list) -> Verdict:
+        for call, o in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            if o.error is not None:
+                return raised(o.error, inputs)
+            if o.largest is None:
+                return dg.fail("the tensors created during the call were not recorded")
+            Lq, Lk = call.args[0].shape[-2], call.args[1].shape[-2]
+            entries = 1
+            for n in o.largest:
+                entries *= n
+            if entries >= Lq * Lk:
+                return dg.fail(message, f"the largest floating tensor created has shape "
+                               f"{dg.shape_str(o.largest)}, {entries} entries; Lq·Lk = {Lq}·{Lk} = "
+                               f"{Lq * Lk}; inputs: {inputs}")
+        return dg.PASS
+
+    return judge

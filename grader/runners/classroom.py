@@ -58,7 +58,7 @@ from .processes import (
     run_limited,
     single_thread_env,
 )
-from .roster import Student, content_hash, discover, grading_target
+from .roster import Student, content_hash, discover, grading_target, no_class
 from .scores import (
     _fmt,
     contract_exercises,
@@ -417,6 +417,10 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     if args.timeout <= 0:
         raise SystemExit(f"--timeout must be a positive number of seconds; got {args.timeout}.")
     out = args.out if args.out is not None else args.submissions.resolve().parent / "grader-results"
+    problem = no_class(args.submissions, out)
+    if problem:  # before the seed is drawn and printed: nothing was graded with it
+        print(f"python -m grader class: error: {problem}", file=sys.stderr)
+        return 2
     seed, origin = seed_mod.for_command(args.seed, fallback=last_run_seed(out))
     print(f"seed {seed} ({origin})", file=sys.stderr)
     extra: list[str] = []

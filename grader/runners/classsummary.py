@@ -34,7 +34,8 @@ def print_summary(rows: Sequence[Any], *, seed: int, out: Path, wall: float, job
         t.add_column(col, justify="right")
     full = sum(1 for r in rows if r.max and r.total >= r.max)
     zero = sum(1 for r in rows if r.total == 0)
-    t.add_row(str(len(rows)), str(len(rows) - skipped), str(skipped),
+    graded_now = sum(1 for r in rows if r.status == "graded" and not r.skipped)  # "empty" is no grading
+    t.add_row(str(len(rows)), str(graded_now), str(skipped),
               pts(statistics.fmean(totals)) if totals else "-",
               pts(statistics.median(totals)) if totals else "-",
               str(full), str(zero), str(len(failures)))

@@ -121,12 +121,12 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     problem = scope.usage_problem(args.submission)
     if problem:
         return _usage(args, parser, problem, show_usage=False)
-    within, course_max = _scope(args, registry)
+    scoped = _Scoped(args)
 
     reports = [os.path.abspath(p) for p in (args.json, args.junit, args.markdown) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
-        result = engine.grade(args.submission, seed=seed, exercises=args.exercise or within.names,
+        result = engine.grade(args.submission, seed=seed, exercises=args.exercise or scoped,
                               public_only=args.public_only, timeout=timeout, memory_mb=args.memory,
                               registry=registry, progress=progress, hide=[*args.hide, *reports],
                               unconfined=args.unconfined)
@@ -156,25 +156,34 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     finally:
         os.umask(umask)
     if not args.quiet:
-        report.print_terminal(result, verbose=args.verbose, scope=within.label, course_max=course_max)
+        report.print_terminal(result, verbose=args.verbose, scope=scoped.scope.label,
+                              course_max=scoped.course_max)
     if result.usage_error or result.internal_error:
         print(f"python -m grader: error: {result.error}", file=sys.stderr)
         return USAGE_ERROR if result.usage_error else INTERNAL_ERROR
     return 0
 
 
-def _scope(args, registry: Mapping[str, Any] | None):
-    """What a single notebook or .py file is graded on (a chapter, not all), and the course's points."""
-    from .. import engine
-    from . import scope
+class _Scoped:
+    """What a single notebook or .py file is graded on (a chapter, not all), and the course's points.
 
-    if args.exercise or not os.path.isfile(args.submission):
-        return scope.Scope(None), None
-    try:
-        course = engine.load_registry() if registry is None else registry
-    except Exception:  # noqa: BLE001 -- grade() loads it again and reports the grader's error
-        return scope.Scope(None), None
-    return scope.scope_of(args.submission, course), sum(float(ex.points) for ex in course.values())
+    Called by :func:`grader.engine.grade` with the registry once it has started the worker, so
+    that grading one file overlaps the worker's start-up with ours as grading a folder does."""
+
+    def __init__(self, args) -> None:
+        from . import scope
+
+        self.path = args.submission if os.path.isfile(args.submission) else None
+        self.scope, self.course_max = scope.Scope(None), None
+
+    def __call__(self, course: Mapping[str, Any]) -> list[str] | None:
+        from . import scope
+
+        if self.path is None:
+            return None
+        self.scope = scope.scope_of(self.path, course)
+        self.course_max = sum(float(ex.points) for ex in course.values())
+        return self.scope.names
 
 
 def _usage(args, parser: argparse.ArgumentParser, message: str, *, show_usage: bool = True) -> int:

@@ -75,6 +75,7 @@ def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path =
         shutil.copy2(TEMPLATES / name, bundle / name)
         (bundle / name).chmod(_EXECUTABLE)
     (bundle / SEED_FILE).write_text(f"{seed}\n")
+    (bundle / SEED_FILE).chmod(0o600)  # the seed: the instructor's alone, as class mode's files
     (bundle / VISIBILITY_FILE).write_text(f"{visibility}\n")
     zip_path = out_dir / "autograder.zip"
     with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -85,6 +86,7 @@ def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path =
                 info.external_attr = (f.stat().st_mode & 0xFFFF) << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 zf.writestr(info, f.read_bytes())
+    zip_path.chmod(0o600)  # it holds the seed
     return zip_path
 
 

@@ -62,7 +62,8 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     deadline = time.monotonic() + timeout
     ran = []
     try:
-        with rules.forbid_torch_apis(), rules.forbid_globals(fn) as forbidden, _memory_limit(memory_mb):
+        with rules.forbid_torch_apis(), rules.forbid_globals(fn) as forbidden, _memory_limit(memory_mb), \
+                _deferred_imports():
             for ci in state.runnable:
                 check = state.checks[ci]
                 outcomes = []
@@ -112,6 +113,26 @@ def _call(fn: Callable, call, want_grads: bool, left: float, limited: bool):
 def _can_time() -> bool:
     """SIGALRM can stop a call: a POSIX system, and we are in the main thread (as in a notebook cell)."""
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def _deferred_imports():
+    """While the checks run, torch's heaviest modules (dynamo, sympy) stay unimported, as in the
+    worker (:mod:`grader.sandbox.deferred`): the first operation on a ``meta`` tensor (the
+    "device= (meta)" checks) would import dynamo, about as long as importing torch itself, only to
+    learn that nothing is compiled. Stand-ins that are still in place afterwards are taken out, so
+    that the student's own imports get the real modules."""
+    from ..sandbox import deferred
+
+    names = (deferred.DYNAMO, deferred.SHAPES, deferred.SYMPY)
+    absent = [name for name in names if name not in sys.modules]
+    deferred.install()
+    try:
+        yield
+    finally:
+        for name in absent:
+            if type(sys.modules.get(name)).__module__ == deferred.__name__:
+                del sys.modules[name]
 
 
 @contextmanager

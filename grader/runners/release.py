@@ -1,7 +1,13 @@
-"""Generate the exercise notebooks from the solution notebooks (the single source).
+"""Generate the exercise notebooks from the solution notebooks, and the public checks' data.
 
-    python -m grader release            # write exercises/ from solutions/
+    python -m grader release            # write exercises/ from solutions/, and grader/data/
     python -m grader release --check    # exit 1 and list stale files, write nothing
+
+The public checks' data (``grader/data/public_checks/``) is what the student
+template grades with instead of the reference: the public cases, the reference's
+outputs on them and the outputs of the classic mistakes that feedback names,
+recorded from ``grader.checks`` (see :mod:`grader.checks.recorded`). A new exercise
+gets its data here, as soon as it is in ``attnmask.CONTRACT`` and has its checks.
 
 In a solution notebook, the code between a ``# BEGIN SOLUTION`` line and a
 ``# END SOLUTION`` line is the answer. In the exercise it becomes
@@ -176,22 +182,38 @@ def stale(wanted: dict[Path, str | None]) -> list[Path]:
     return out
 
 
+def public_data() -> dict:
+    """The public checks' data, recorded now with the reference (:func:`grader.checks.recorded.record`)."""
+    from ..checks import declared, recorded
+    from ..engine import DEFAULT_SEED
+
+    return recorded.record(declared(), DEFAULT_SEED)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from ..checks import recorded
+
     parser = argparse.ArgumentParser(prog="python -m grader release", description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if exercises/ is stale; write nothing")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if exercises/ or the public checks' data is stale; write nothing")
     args = parser.parse_args(argv)
     try:
         wanted = plan()
-    except ReleaseError as e:
+        data = public_data()
+    except (ReleaseError, TypeError, LookupError) as e:
         print(f"release: {e}", file=sys.stderr)
         return 2
     todo = stale(wanted)
+    data_todo = recorded.stale(data)
     if args.check:
-        for path in todo:
+        for path in todo + ([recorded.DATA] if data_todo else []):
             print(f"stale: {path.relative_to(ROOT)}")
-        print("run `python -m grader release` to regenerate exercises/ from solutions/" if todo
-              else "exercises/ is up to date")
-        return 1 if todo else 0
+        print("run `python -m grader release` to regenerate exercises/ and grader/data/ from solutions/ and "
+              "the checks" if todo or data_todo else "exercises/ and the public checks' data are up to date")
+        return 1 if todo or data_todo else 0
+    if data_todo:
+        recorded.write(data)
+        print(f"wrote {recorded.DATA.relative_to(ROOT)}")
     EXERCISES.mkdir(exist_ok=True)
     for path in todo:
         text = wanted[path]

@@ -109,3 +109,14 @@ def grading_target(path: Path) -> Path | None:
     if exercises.is_dir() and any(f.suffix in SOURCE_SUFFIXES for f in _source_files(exercises)):
         return exercises
     return path
+
+
+def no_class(submissions: Path, out: Path | None = None) -> str | None:
+    """Why ``submissions`` holds no class to grade (missing, a file, no students), else None."""
+    if not submissions.is_dir():
+        return (f"{submissions} is {'a file' if submissions.exists() else 'missing'}; pass the folder that "
+                "holds the students' submissions (one sub-folder, notebook or .py file per student)")
+    if not discover(submissions, out)[0]:
+        return (f"{submissions} holds no students: expected one sub-folder, notebook (.ipynb) or .py file "
+                "per student; nothing was graded")
+    return None

@@ -178,13 +178,11 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens):
 
 
 def tree_mask(parents, past_len):
-    N = parents.shape[0]
-    idx = torch.arange(N, device=parents.device)
-    parent = (parents[:, None] == idx[None, :]).float()  # (N, N): one-hot parent
-    anc = torch.eye(N, device=parents.device)
-    step = torch.eye(N, device=parents.device)
-    for _ in range(N):  # walk one generation up per step
-        step = step @ parent
-        anc = anc + step
-    past = torch.ones(N, past_len, dtype=torch.bool, device=parents.device)
-    return torch.cat([past, anc > 0], dim=1)
+    n = parents.numel()
+    idx = torch.arange(n, device=parents.device)
+    seen = idx[:, None] == idx[None, :]
+    up = parents
+    for _ in range(n):  # climb one generation per round; -1 stays -1 and matches nothing
+        seen = seen | (up[:, None] == idx[None, :])
+        up = torch.where(up >= 0, parents[up.clamp(min=0)], up)
+    return torch.cat([seen.new_ones(n, past_len), seen], dim=1)

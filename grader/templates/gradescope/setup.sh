@@ -7,7 +7,7 @@ ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SRC="$ROOT/source"
 
 # Student code runs inside bubblewrap; without it the grader refuses to run student code as root.
-apt-get update -q && apt-get install -y -q bubblewrap
+command -v bwrap >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap; }
 
 # The course is tested on Python 3.11; the Ubuntu 22.04 base image ships 3.10.
 PY=""
@@ -32,6 +32,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 "$VPY" -m pip install -q --upgrade pip
 # The CPU wheel index keeps torch at a few hundred MB instead of the multi-GB CUDA build.
 "$VPY" -m pip install -q --extra-index-url https://download.pytorch.org/whl/cpu -r "$SRC/requirements.txt"
+# The bundle installed as a package, as `pip install .` installs the course anywhere (the wheel
+# that tests/test_install.py builds and grades from).
 "$VPY" -m pip install -q --no-deps "$SRC"
-# Import once now so no student's submission pays for the first-import bytecode compilation.
-"$VPY" -c "import torch, attnmask, grader; print('autograder ready: torch', torch.__version__)"
+# Import once now so no student's submission pays for the first-import bytecode compilation, and
+# every subpackage, so that an incomplete install fails here rather than on a student's submission.
+"$VPY" -c "import torch, attnmask, grader.runners.cli, grader.sandbox.worker, grader.checks.recorded; print('autograder ready: torch', torch.__version__)"
