@@ -57,7 +57,7 @@ def test_a_prepared_class_grades_alike_without_computing_references(submission, 
 def test_what_a_judge_does_to_a_kept_reference_does_not_reach_the_next_grading(counted):
     checks.prepare_class(int(SEED))
     check = checks.EXERCISES["causal_mask"].make_checks(int(SEED), True)[0]
-    recipe = next(r for r in vars(checks._CHAPTERS[1]).values()
+    recipe = next(r for r in vars(checks.chapters()[1]).values()
                   if isinstance(r, judges.Recipe) and r.name == "causal_mask")
     first = judges.reference(recipe, check.calls[0])[0]
     first.logical_not_()  # a judge that (wrongly) changes what it was given

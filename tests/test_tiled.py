@@ -11,10 +11,14 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnmask as am
-from grader.checks.ch8_speed import allocation_judge
+from grader.checks import properties as P
+from grader.checks.ch8_speed import TILED
+from grader.mistakes import MISTAKES
 from grader.sandbox import channel
 from grader.sandbox.execute import execute
 from grader.spec import Call, Outcome
+
+allocation_judge = P.allocation_judge(TILED, MISTAKES["full_scores"])
 
 B, H, LQ, LK, D, DV = 2, 3, 5, 11, 4, 3  # B != H != Lq != Lk, d != dv
 

@@ -94,41 +94,11 @@ def tiled_mistakes(q, k, v, mask, tile) -> list[dg.Candidate]:
     return out
 
 
-def nan_reason(q, k, v, mask, tile, got) -> str | None:
-    """Why ``got`` holds NaN where the reference has none, read off where the NaN sit."""
-    bad = torch.isnan(got).any(dim=-1)  # (B, H, Lq)
-    if not bool(bad.any()):
-        return None
-    if any(bool(torch.isnan(t).any()) for t in (q, k, v)):
-        return M["tile_not_skipped"]
-    if mask is None:
-        return None
-    full = torch.broadcast_to(mask, (*q.shape[:-1], k.shape[-2]))
-    empty = ~full.any(dim=-1)  # (B, H, Lq): rows with no allowed key
-    if not bool((bad & ~empty).any()):
-        return M["nan_rows"] + (" Here such a row ends with l = 0 and acc = 0 (divide by 1 there), and its "
-                                "running max stays -inf, which exp(s - m) must not subtract (see the guard).")
-    # rows with allowed keys and a visited tile in which all of their keys are blocked
-    blocked_tile = torch.zeros_like(empty)
-    for c in range(0, full.shape[-1], tile):
-        part = full[..., c:c + tile]
-        if bool(part.any()):
-            blocked_tile |= ~part.any(dim=-1)
-    return M["tile_nan"] if not bool((bad & ~(empty | blocked_tile)).any()) else None
-
-
-def _parts(args, kwargs):
-    q, k, v = args[:3]
-    mask = args[3] if len(args) > 3 else kwargs.get("mask")
-    tile = args[4] if len(args) > 4 else kwargs.get("tile", 64)
-    return q, k, v, mask, tile
-
-
 def diagnose_tiled(args, kwargs, got, index, dtype) -> str | None:
-    q, k, v, mask, tile = _parts(args, kwargs)
+    q, k, v, mask, tile = P.tiled_parts(args, kwargs)
     # Where the NaN sit says more than any one candidate: NaN in the empty rows only is
     # the final 0 / 0, which a missing guard also gives when only empty rows lack one.
-    return nan_reason(q, k, v, mask, tile, got) or dg.name_mistake(
+    return P.tiled_nan_reason(args, kwargs, got) or dg.name_mistake(
         got, tiled_mistakes(q, k, v, mask, tile), dtype)
 
 

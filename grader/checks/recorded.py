@@ -32,7 +32,7 @@ import torch
 from .. import diagnose as dg
 from ..spec import Call, Check, Exercise, FnSpec
 from . import judges as J
-from . import properties as _properties  # noqa: F401 -- registers its judge factories
+from . import properties as _properties  # registers its judge factories; NaN reasons
 
 #: Where release writes the data, inside the grader package (so the wheel and the template carry it).
 DATA = Path(__file__).resolve().parent.parent / "data" / "public_checks"
@@ -339,6 +339,14 @@ class RecordedRecipe(J.Recipe):
         return [t.clone() for t in _lookup(self.table, call, self.name)["want"]]
 
     def diagnosis(self, call, args, kwargs, got, index, dtype) -> str | None:
+        reason = _properties.NAN_REASONS.get(self.name)
+        if reason is not None:
+            try:
+                said = reason(args, kwargs, got)
+            except Exception:  # noqa: BLE001 -- a recogniser must never make the judge fail
+                said = None
+            if said:
+                return said
         recorded = _lookup(self.table, call, self.name)["mistakes"][index]
         return dg.name_mistake(got, [(m, lambda t=t: t) for m, t in recorded], dtype)
 
