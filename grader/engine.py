@@ -332,8 +332,10 @@ def secret_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
     """Paths a worker must not see, which it counts from inside (see
     :func:`grader.sandbox.namespaces.measure`): the course checkout, the ``grader`` and
     ``attnmask`` packages, and ``extra`` (the submission, other submissions, report files)."""
-    root = Path(__file__).resolve().parents[1]
-    found = [root, allowlist.package_dir("attnmask"), allowlist.package_dir("grader"), *map(Path, extra)]
+    root = Path(__file__).resolve().parents[1]  # a checkout holds grader/ and attnmask/ side by side
+    installed = root.name in ("site-packages", "dist-packages")
+    checkout = root if (root / "attnmask").is_dir() and not installed else None
+    found = [checkout, allowlist.package_dir("attnmask"), allowlist.package_dir("grader"), *map(Path, extra)]
     out = []
     for p in found:
         if p is not None and str(p.resolve()) not in out and p.resolve() != Path("/"):

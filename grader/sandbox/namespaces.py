@@ -125,6 +125,15 @@ def _status_field(name: str) -> str:
     return "?"
 
 
+def _shows(path: str) -> bool:
+    """Whether ``path`` shows anything here: a file, or a folder with something in it (an
+    installed course package is covered by an empty folder, which shows nothing)."""
+    try:
+        return not os.path.isdir(path) or bool(os.listdir(path)) if os.path.lexists(path) else False
+    except OSError:
+        return True
+
+
 def measure(secrets: list[str]) -> dict[str, str]:
     """What holds in this process, seen from inside: its uid, its capabilities, whether it
     is process 1 of its pid namespace, its network interfaces, and how many of ``secrets``
@@ -140,7 +149,7 @@ def measure(secrets: list[str]) -> dict[str, str]:
         "caps": "none" if cap_eff.strip("0") == "" and cap_bnd.strip("0") == "" else "some",
         "pid": str(os.getpid()),
         "net": "lo" if interfaces == ["lo"] else str(len(interfaces)),
-        "seen": str(sum(os.path.lexists(p) for p in secrets)),
+        "seen": str(sum(_shows(p) for p in secrets)),
     }
 
 
