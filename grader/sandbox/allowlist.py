@@ -66,7 +66,7 @@ def bwrap() -> str:
     """The ``bwrap`` program, or :class:`Unavailable`."""
     found = shutil.which("bwrap")
     if found is None:
-        raise Unavailable(f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}")
+        raise Unavailable("bubblewrap (bwrap) is not installed")  # refusal() adds the fix
     return found
 
 
