@@ -58,9 +58,9 @@ class Worker:
         self.dir, self.server, self.confined = tmp, server, confined
         self.proc: zygote.Forked | None = None
         self.measured: dict[str, str] = {}
-        socket_path = server if isinstance(server, str) else str(server.socket)
+        self.socket = server if isinstance(server, str) else str(server.socket)
         self.token = os.urandom(8).hex()
-        self.out = Path(socket_path).parent / self.token  # the worker's results, in the zygote's folder
+        self.out = Path(self.socket).parent / self.token  # the worker's results, in the zygote's folder
         self.work = tmp / f"work-{self.token}"
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
@@ -82,8 +82,7 @@ class Worker:
         else:
             self.work.mkdir()
             header = {"cwd": str(self.work), "env": worker_env(self.work)}
-        socket_path = self.server if isinstance(self.server, str) else self.server.socket
-        self.proc = zygote.spawn(socket_path, stdout=self._stdout.fileno(), stderr=self._stderr.fileno(),
+        self.proc = zygote.spawn(self.socket, stdout=self._stdout.fileno(), stderr=self._stderr.fileno(),
                                  status=self._status_w, header=header)
         os.close(self._status_w)
         self._status_w = -1
