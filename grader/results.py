@@ -51,8 +51,10 @@ def score_of(checks: list[CheckResult]) -> float:
     Points come only from checks whose outputs are compared with the reference:
     the passed share of their weight. Of those, an *edge* check (n = 1, one
     document, a window wider than the sequence: a case a constant or a simpler
-    mask gets right by accident) earns only once some *value* check, a general
-    case, passes. Each failed *property* check (dtype, device, inputs unchanged,
+    mask gets right by accident, or a mask so small that a blind guess matches it)
+    earns only once some *value* check, a general case, passes; where there is
+    none (the public checks of an exercise whose public cases are all small),
+    edge checks stand alone. Each failed *property* check (dtype, device, inputs unchanged,
     an invariance: things a constant function meets for free) then takes away
     its share of the weight of all the checks. So code whose general cases are
     all wrong scores 0 whatever else it does, and code that is right but, say,
@@ -63,7 +65,8 @@ def score_of(checks: list[CheckResult]) -> float:
     compared = [c for c in counted if c.kind in ("value", "edge")]
     if not compared:
         return 0.0
-    general = any(c.passed for c in compared if c.kind == "value")
+    general = [c for c in compared if c.kind == "value"]
+    general = any(c.passed for c in general) or not general
     earned = sum(c.weight for c in compared if c.passed and (general or c.kind == "value"))
     lost = sum(c.weight for c in counted if c.kind == "property" and not c.passed)
     return max(0.0, earned / sum(c.weight for c in compared) - lost / sum(c.weight for c in counted))

@@ -4,6 +4,7 @@ every property check (dtype, device, inputs unchanged, invariances)."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from buggy.trivial import TRIVIAL
 
 from grader.checks import EXERCISES
 from grader.results import CheckResult, score_of
+from grader.sandbox.execute import execute
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
 
@@ -82,3 +84,55 @@ def test_a_mask_of_the_wrong_dtype_is_a_wrong_mask(name, dtype):
 
     assert points(right, name, 7) == EXERCISES[name].points
     assert points(cast, name, 7) == 0.0
+
+
+def _guessable_cells(out) -> float:
+    """Cells a blind guess must get right to match ``out``: every cell of a bool, integer or
+    additive (0 / -inf) output; a float output with other values cannot be guessed."""
+    total = 0
+    for o in out if isinstance(out, tuple) else (out,):
+        finite = o[torch.isfinite(o)] if o.dtype.is_floating_point else None
+        if finite is not None and bool((finite != 0).any()):
+            return math.inf
+        total += o.numel()
+    return total
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_a_case_a_blind_guess_can_pass_never_earns_alone(name):
+    """A random mask matches one of a dozen cells once in a few thousand tries (CI saw a random
+    padding_mask earn a point): every check that earns on its own holds at least 20 cells that a
+    guess must get right, counted here on the correct function's outputs."""
+    from buggy import correct
+
+    right = getattr(correct, name)
+    for seed in (0, 7, 12345):
+        for check in EXERCISES[name].make_checks(seed, hidden=True):
+            if check.kind != "value" or check.requires or check.want_grads:
+                continue
+            outputs = [execute(right, c).output for c in check.calls if c.device == "cpu"]
+            cells = sum(_guessable_cells(out) for out in outputs)
+            assert cells >= 20, (seed, check.name, cells)
+
+
+def test_every_exercise_has_a_general_case_that_cannot_be_guessed():
+    """Every exercise's hidden checks include, on the CPU and for any seed, a value check that a
+    blind guess passes less than once in 2**20 tries: the one that lets its other cases earn."""
+    for name, ex in EXERCISES.items():
+        for seed in range(60):
+            kinds = {c.kind for c in ex.make_checks(seed, hidden=True) if c.requires is None}
+            assert "value" in kinds, (name, seed)
+
+
+def test_the_public_checks_alone_still_earn_where_all_are_small():
+    """Where every public case is small enough to guess (the student's check() runs only
+    those), they stand alone: right code scores full marks on them."""
+    from buggy import correct
+
+    for name in ("causal_mask", "padding_mask", "packed_labels"):
+        checks = EXERCISES[name].make_checks(0, hidden=False)
+        assert all(c.kind != "value" for c in checks)
+        verdicts = grade(getattr(correct, name), checks)
+        results = [CheckResult(c.name, c.public, c.weight, verdicts[c.name].passed, kind=c.kind)
+                   for c in checks]
+        assert score_of(results) == 1.0

@@ -45,7 +45,7 @@ def padding_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     ]
     if not hidden:
         return checks
-    return checks + lengths_mask_checks(R, seed, (1, 5), (1, 12))
+    return checks + lengths_mask_checks(R, seed, (2, 5), (4, 12))
 
 
 def lengths_mask_checks(R: J.Recipe, seed: int, B_range: tuple[int, int], L_range: tuple[int, int],

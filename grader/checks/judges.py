@@ -14,6 +14,7 @@ are in :mod:`grader.checks.properties`.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -319,10 +320,35 @@ def dtype_hint(out: Out, want: torch.dtype) -> str:
 
 # --------------------------------------------------------------------------- check factories
 
+#: Calls whose compared outputs hold fewer cells than this are passed by a blind guess once in
+#: 2**20 tries or more often: they earn like an edge case.
+GUESSABLE_BELOW = 20
+
+
+def guess_bits(recipe: Recipe, calls: list[Call], only: Sequence[int] | None = None) -> float:
+    """How many yes/no answers a blind guess must get right to pass ``calls``: one for each cell
+    of a mask, additive or integer output (a lower bound); a float output cannot be guessed."""
+    bits = 0
+    for call in calls:
+        args, kwargs = cpu_args(call, wide=False)
+        want = None
+        for i, out in enumerate(recipe.outs):
+            if only is not None and i not in only:
+                continue
+            if out.kind == "number":
+                return math.inf
+            if out.shape is None:
+                want = want or recipe.expected(call)
+            bits += math.prod(out.shape(args, kwargs) if out.shape else want[i].shape)
+    return bits
+
+
 def values(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False,
            only: Sequence[int] | None = None, weight: float = 1.0, edge: bool = False) -> Check:
     """Outputs compared with the reference. ``edge``: a degenerate case that a
-    constant or a simpler mask can pass (see :func:`grader.results.score_of`)."""
+    constant or a simpler mask can pass (see :func:`grader.results.score_of`); so is
+    a case small enough to guess (:data:`GUESSABLE_BELOW`)."""
+    edge = edge or guess_bits(recipe, calls, only) < GUESSABLE_BELOW
     return Check(name, calls, values_judge(recipe, only), public=public, weight=weight,
                  kind="edge" if edge else "value")
 
