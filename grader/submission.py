@@ -96,14 +96,11 @@ class Source:
         """Some cell parses: there is something for a worker to run."""
         return len(self.cells) > len(self.syntax_errors)
 
+    parsed: list[tuple[Cell, ast.Module]] = field(default_factory=list, repr=False)  # see trees()
+
     def trees(self) -> list[tuple[Cell, ast.Module]]:
-        """Parsed cells (those that parse), in order."""
-        out = []
-        for cell in self.cells:
-            tree = parse(cell.source)
-            if isinstance(tree, ast.Module):
-                out.append((cell, tree))
-        return out
+        """Parsed cells (those that parse), in order: parsed once, when read; do not change them."""
+        return list(self.parsed)
 
 
 # --------------------------------------------------------------------------- reading
@@ -198,9 +195,11 @@ def _read_file(base: Path, f: Path, name: str, src: Source) -> str | None:
     if not cells:
         src.problems.append(f"{name} has no code")
     for cell in cells:
-        err = syntax_error(cell)
-        if err:
-            src.syntax_errors.append((cell, err))
+        tree = parse(cell.source)
+        if isinstance(tree, ast.Module):
+            src.parsed.append((cell, tree))
+        else:
+            src.syntax_errors.append((cell, _located(tree, cell)))
         src.cells.append(cell)
     return text
 
@@ -288,13 +287,15 @@ def parse(source: str) -> ast.Module | str | None:
 
 def syntax_error(cell: Cell) -> str | None:
     tree = parse(cell.source)
-    if isinstance(tree, str):
-        # Report the line within the file, which is what the student can find.
-        m = re.search(r"\(line (\d+)\)$", tree)
-        if m:
-            return tree[: m.start()] + f"at {cell.where(int(m.group(1)))}"
-        return f"{tree} in {cell.label}"
-    return None
+    return _located(tree, cell) if isinstance(tree, str) else None
+
+
+def _located(error: str, cell: Cell) -> str:
+    """A syntax error placed by its line within the file, which is what the student can find."""
+    m = re.search(r"\(line (\d+)\)$", error)
+    if m:
+        return error[: m.start()] + f"at {cell.where(int(m.group(1)))}"
+    return f"{error} in {cell.label}"
 
 
 _DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)", re.M)

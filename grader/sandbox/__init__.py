@@ -8,6 +8,7 @@ Listed from the ground up: each module imports only modules listed above it.
 * :mod:`.allowlist` -- what student code may see: the bubblewrap command line, in one place;
 * :mod:`.namespaces` -- each worker's own namespaces inside the sandbox, and what it measures of them;
 * :mod:`.channel` -- the worker's answers, encoded so that no pickle from student code is loaded;
+* :mod:`.jobwire` -- the job the parent sends a worker, its tensors as raw bytes;
 * :mod:`.execute` -- one call of a student's function, with its time limit;
 * :mod:`.deferred` -- stand-ins for torch's heaviest modules, until student code needs them;
 * :mod:`.worker` -- the child: measures its sandbox, loads the submission, runs the calls, reports;

@@ -21,7 +21,6 @@ rest.
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import select
 import shutil
@@ -33,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import allowlist, namespaces, status, zygote
+from . import allowlist, jobwire, namespaces, status, zygote
 from .forkserver import Server
 from .limits import Limits, worker_env
 
@@ -95,7 +94,7 @@ class Worker:
 
     def send(self, job: Any) -> None:
         """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
-        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        data = jobwire.dumps(job)
 
         def write() -> None:
             try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
-import pickle
 import resource
 import signal
 import sys
@@ -36,7 +35,7 @@ import torch
 from .. import fnspecs, fused, rules  # noqa: F401 -- fnspecs, fused: imported before the course is hidden
 from ..spec import Call, Outcome
 from ..submission import Cell, pick, run_cells
-from . import channel, deferred, namespaces
+from . import channel, deferred, jobwire, namespaces
 from .execute import execute_limited, reseed
 from .limits import CALL_SEED, NOT_RUN, TIME_LIMIT
 
@@ -216,7 +215,7 @@ def main() -> None:
 def serve(status_fd: int, confined: bool) -> None:
     """Read the job from stdin, measure the sandbox (when ``confined``), run the job; never returns."""
     status = _Status(status_fd)
-    job: Job = pickle.loads(sys.stdin.buffer.read())
+    job: Job = jobwire.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     if devnull != 0:
