@@ -20,6 +20,7 @@ the report's isolation block says which, as the worker measured it.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import shutil
@@ -312,7 +313,8 @@ def grade(
             grading.loaded({"found": {}, "errors": []})
         else:
             secrets = secret_paths([path, *hide])
-            measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
+            with _one_thread():
+                measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
             report.isolation = namespaces.isolation(confined, measured)
         for st in states:
             grading._emit(st)
@@ -326,6 +328,20 @@ def grade(
             server.close()
         shutil.rmtree(tmp, ignore_errors=True)
         report.execution_time = time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch on one thread while the worker runs: the judges' tensors are tiny, and OpenMP's
+    spinning threads would take the worker's core (judging a whole submission took 3x as long)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def secret_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
