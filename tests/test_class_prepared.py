@@ -62,3 +62,30 @@ def test_what_a_judge_does_to_a_kept_reference_does_not_reach_the_next_grading(c
     first = judges.reference(recipe, check.calls[0])[0]
     first.logical_not_()  # a judge that (wrongly) changes what it was given
     assert judges.reference(recipe, check.calls[0])[0].equal(~first)
+
+
+def test_a_prepared_class_computes_no_reference_gradients(monkeypatch, tmp_path):
+    """The reference's gradients (the gradient checks) are kept for the class too."""
+    import functools
+
+    from grader.checks import properties
+
+    monkeypatch.setenv("GRADER_SEED", SEED)
+    original = properties.grads_of
+    computed = []
+
+    @functools.wraps(original)
+    def grads_of(recipe, call):
+        computed.append(recipe.name)
+        return original(recipe, call)
+
+    monkeypatch.setattr(properties, "grads_of", grads_of)
+    try:
+        checks.prepare_class(int(SEED))
+        computed.clear()
+        _grade("tests/submissions/correct.py", tmp_path / "r.json")
+    finally:
+        checks.forget_class()
+    assert computed == []
+    _grade("tests/submissions/correct.py", tmp_path / "fresh.json")  # unprepared: computed again
+    assert len(computed) > 5

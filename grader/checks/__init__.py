@@ -114,7 +114,7 @@ def prepare_class(seed: int, hidden: bool = True) -> int:
     builds the same cases or computes the same reference outputs again. Returns how many
     references were kept. Only in that process: a notebook's ``check`` builds afresh."""
     global _BUILT
-    from . import judges
+    from . import judges, properties
 
     if not has_reference():  # the student template: nothing to compute ahead
         return 0
@@ -129,11 +129,12 @@ def prepare_class(seed: int, hidden: bool = True) -> int:
                 if call.device != "cpu":
                     continue
                 for recipe in recipes:
-                    try:
-                        judges.remember(recipe, call)
-                        kept += 1
-                    except Exception:  # noqa: BLE001 -- not this recipe's call: computed when judged
-                        pass
+                    for what in (judges.Recipe.expected, properties.grads_of)[:1 + check.want_grads]:
+                        try:
+                            judges.remember(recipe, call, what)
+                            kept += 1
+                        except Exception:  # noqa: BLE001 -- not this recipe's call: computed when judged
+                            pass
     return kept
 
 

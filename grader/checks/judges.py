@@ -118,26 +118,36 @@ def as_list(x: Any) -> list[torch.Tensor]:
     return list(x) if isinstance(x, tuple | list) else [x]
 
 
-#: (id(recipe), id(call)) -> (recipe, call, outputs): references computed before a class run forks its
-#: gradings (:func:`remember`), which every grading of the class then reads instead of
+#: (what, id(recipe), id(call)) -> (recipe, call, value): references computed before a class run
+#: forks its gradings (:func:`remember`), which every grading of the class then reads instead of
 #: computing again. None (the default, and in a notebook's check): always computed afresh.
-_REMEMBERED: dict[tuple[int, int], tuple[Recipe, Call, list[torch.Tensor]]] | None = None
+_REMEMBERED: dict[tuple[str, int, int], tuple[Recipe, Call, Any]] | None = None
 
 
-def remember(recipe: Recipe, call: Call) -> None:
-    """Compute the reference of ``call`` now and keep it for :func:`reference`."""
+def remember(recipe: Recipe, call: Call, what: Callable[[Recipe, Call], Any] = Recipe.expected) -> None:
+    """Compute ``what(recipe, call)`` (the reference's outputs, or its gradients) now and keep it
+    for :func:`recall`."""
     global _REMEMBERED
     if _REMEMBERED is None:
         _REMEMBERED = {}
-    _REMEMBERED[id(recipe), id(call)] = (recipe, call, recipe.expected(call))
+    _REMEMBERED[what.__name__, id(recipe), id(call)] = (recipe, call, what(recipe, call))
+
+
+def recall(recipe: Recipe, call: Call, what: Callable[[Recipe, Call], Any]) -> Any:
+    """``what(recipe, call)``: a copy of the value :func:`remember` kept, else computed now."""
+    kept = _REMEMBERED.get((what.__name__, id(recipe), id(call))) if _REMEMBERED is not None else None
+    if kept is None or kept[0] is not recipe or kept[1] is not call:
+        return what(recipe, call)
+    # a copy: a judge may not change what the next grading compares with
+    value = kept[2]
+    if isinstance(value, dict):
+        return {k: t.clone() if isinstance(t, torch.Tensor) else t for k, t in value.items()}
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in value]
 
 
 def reference(recipe: Recipe, call: Call) -> list[torch.Tensor]:
-    kept = _REMEMBERED.get((id(recipe), id(call))) if _REMEMBERED is not None else None
-    if kept is not None and kept[0] is recipe and kept[1] is call:
-        # a copy: a judge may not change what the next grading compares with
-        return [t.clone() if isinstance(t, torch.Tensor) else t for t in kept[2]]
-    return recipe.expected(call)
+    """The reference's outputs for ``call`` (:meth:`Recipe.expected`), remembered for a class."""
+    return recall(recipe, call, Recipe.expected)
 
 
 def inputs_of(recipe: Recipe, call: Call) -> str:

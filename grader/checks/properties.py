@@ -29,6 +29,7 @@ from .judges import (
     judge_call,
     raised,
     rebuildable,
+    recall,
     reference,
     values,
 )
@@ -115,6 +116,11 @@ def unchanged_judge(recipe: Recipe):
 
 
 def reference_grads(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
+    """:func:`grads_of` the reference, remembered for a class (see :func:`judges.remember`)."""
+    return recall(recipe, call, grads_of)
+
+
+def grads_of(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
     """Gradients of the same weighted sum the worker uses (grader.sandbox.execute._grads),
     in float64, w.r.t. the float tensor args."""
     args, kwargs = cpu_args(call)
