@@ -129,7 +129,7 @@ def prepare_class(seed: int, hidden: bool = True) -> int:
                 if call.device != "cpu":
                     continue
                 for recipe in recipes:
-                    for what in (judges.Recipe.expected, properties.grads_of)[:1 + check.want_grads]:
+                    for what in (judges.outputs_of, properties.grads_of)[:1 + check.want_grads]:
                         try:
                             judges.remember(recipe, call, what)
                             kept += 1

@@ -124,7 +124,12 @@ def as_list(x: Any) -> list[torch.Tensor]:
 _REMEMBERED: dict[tuple[str, int, int], tuple[Recipe, Call, Any]] | None = None
 
 
-def remember(recipe: Recipe, call: Call, what: Callable[[Recipe, Call], Any] = Recipe.expected) -> None:
+def outputs_of(recipe: Recipe, call: Call) -> list[torch.Tensor]:
+    """``recipe.expected(call)``, as a function of both (what :func:`remember` keeps)."""
+    return recipe.expected(call)
+
+
+def remember(recipe: Recipe, call: Call, what: Callable[[Recipe, Call], Any] = outputs_of) -> None:
     """Compute ``what(recipe, call)`` (the reference's outputs, or its gradients) now and keep it
     for :func:`recall`."""
     global _REMEMBERED
@@ -147,7 +152,7 @@ def recall(recipe: Recipe, call: Call, what: Callable[[Recipe, Call], Any]) -> A
 
 def reference(recipe: Recipe, call: Call) -> list[torch.Tensor]:
     """The reference's outputs for ``call`` (:meth:`Recipe.expected`), remembered for a class."""
-    return recall(recipe, call, Recipe.expected)
+    return recall(recipe, call, outputs_of)
 
 
 def inputs_of(recipe: Recipe, call: Call) -> str:
