@@ -108,8 +108,8 @@ def test_a_case_a_blind_guess_can_pass_never_earns_alone(name):
     right = getattr(correct, name)
     for seed in (0, 7, 12345):
         for check in EXERCISES[name].make_checks(seed, hidden=True):
-            if check.kind != "value" or check.requires or check.want_grads:
-                continue
+            if check.kind != "value" or check.want_grads:
+                continue  # a CUDA check counts its CPU halves: the same cases
             outputs = [execute(right, c).output for c in check.calls if c.device == "cpu"]
             cells = sum(_guessable_cells(out) for out in outputs)
             assert cells >= 20, (seed, check.name, cells)

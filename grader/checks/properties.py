@@ -18,6 +18,7 @@ from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, Verdict
 from .judges import (
+    GUESSABLE_BELOW,
     Recipe,
     as_list,
     cpu_args,
@@ -25,6 +26,7 @@ from .judges import (
     expected_dtype,
     fit,
     float_dtype,
+    guess_bits,
     inputs_of,
     judge_call,
     raised,
@@ -342,7 +344,8 @@ def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool =
                       Call(c.args, {**c.kwargs, "device": "cpu"}, "cpu")]
         else:
             pairs += [Call(c.args, dict(c.kwargs), "cuda"), Call(c.args, dict(c.kwargs), "cpu")]
-    return Check(name, pairs, cuda_judge(recipe), requires="cuda")
+    guessable = guess_bits(recipe, calls) < GUESSABLE_BELOW  # earns like an edge case (judges.values)
+    return Check(name, pairs, cuda_judge(recipe), requires="cuda", kind="edge" if guessable else "value")
 
 
 def int_mask_checks(R: Recipe, seed: int, hidden: bool, public: list[tuple[str, tuple]],
