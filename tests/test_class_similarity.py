@@ -97,3 +97,27 @@ def test_students_who_pasted_one_reference_are_one_flag():
     grouped = similarity.grouped(found)
     to_ref = [f for f in grouped if f.b.startswith("reference:")]
     assert len(to_ref) == 1 and len(to_ref[0].others) == 5
+
+
+def test_the_functions_read_for_the_report_are_read_as_the_grader_reads_them(tmp_path):
+    """A FIFO named like a notebook must not stall the class run (it is never opened), and a
+    link to another notebook is not followed."""
+    import os
+    import shutil
+    import threading
+
+    from grader.runners import similarity
+
+    repo = Path(__file__).resolve().parent.parent
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    shutil.copy(repo / "solutions" / "ex01_leakage.ipynb", sub)
+    os.mkfifo(sub / "a.ipynb")
+    (sub / "ex02_softmax.ipynb").symlink_to(repo / "solutions" / "ex02_softmax.ipynb")
+    found = {}
+    reader = threading.Thread(target=lambda: found.update(
+        similarity.functions_in(sub, ["causal_mask", "masked_softmax"])), daemon=True)
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive(), "reading the submission's functions hung on a FIFO"
+    assert sorted(found) == ["causal_mask"]

@@ -38,31 +38,21 @@ _REPO = Path(__file__).resolve().parents[2]
 
 def functions_in(path: Path, names: Iterable[str]) -> dict[str, str]:
     """The source of each top-level function of ``names`` a submission defines (the last
-    definition wins, as when the notebook runs). Files reached through a link that leaves
-    the submission are not read."""
+    definition wins, as when the notebook runs), read as the grader reads it
+    (:func:`grader.submission.read`): no link, pipe or device is read."""
     wanted, found = set(names), {}
-    if path is None or not path.exists():
+    if path is None:
         return {}
-    root = path.resolve() if path.is_dir() else path.resolve().parent
-    files = [path] if path.is_file() else submission.files_in(path)
-    for f in files:
-        if f.is_symlink() or not f.resolve().is_relative_to(root):
-            continue
-        try:
-            text = f.read_text(encoding="utf-8-sig")
-            cells = (submission.notebook_cells(text, f.name) if f.suffix == ".ipynb"
-                     else submission.python_cells(text, f.name))
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue
-        for cell in cells:
-            tree = submission.parse(cell.source)
-            if not isinstance(tree, ast.Module):
-                continue
-            for node in tree.body:
-                if isinstance(node, ast.FunctionDef) and node.name in wanted:
-                    seg = ast.get_source_segment(cell.source, node)
-                    if seg:
-                        found[node.name] = seg
+    try:
+        src = submission.read(path)
+    except submission.SubmissionError:
+        return {}
+    for cell, tree in src.trees():
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in wanted:
+                seg = ast.get_source_segment(cell.source, node)
+                if seg:
+                    found[node.name] = seg
     return found
 
 
