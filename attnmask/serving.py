@@ -29,6 +29,7 @@ __all__ = [
     "PagedKVCache",
     "RollingKVCache",
     "decoder_logits",
+    "gather_blocks",
     "image_blocks",
     "image_text_mask",
     "paged_attention",
@@ -176,6 +177,23 @@ class RollingKVCache:
 # --------------------------------------------------------------------------- paged KV cache
 
 
+def gather_blocks(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """Each sequence's blocks, in logical order: the paged cache as one tensor per sequence.
+
+    Args:
+        cache: ``(N, H, S, d)``, N physical blocks of S slots.
+        block_table: ``(B, M)`` physical block numbers, -1 where unused (read as block 0:
+            mask those positions).
+
+    Returns:
+        ``(B, H, M*S, d)``: position p of sequence b is block ``block_table[b, p // S]``,
+        slot ``p % S``.
+    """
+    B, M = block_table.shape
+    H, S = cache.shape[1], cache.shape[2]
+    return cache[block_table.clamp(min=0)].permute(0, 2, 1, 3, 4).reshape(B, H, M * S, -1)
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -203,11 +221,9 @@ def paged_attention(
             f"q (B, H, Lq, d), k_cache (N, H, S, d) and v_cache (N, H, S, dv) need 4 dims; got "
             f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
         )
-    B, H, Lq, _ = q.shape
+    Lq = q.shape[2]
     M, S = block_table.shape[1], k_cache.shape[2]
-    blocks = block_table.clamp(min=0)  # unused entries read block 0; the mask hides them
-    keys = k_cache[blocks].permute(0, 2, 1, 3, 4).reshape(B, H, M * S, -1)  # (B, H, M*S, d)
-    values = v_cache[blocks].permute(0, 2, 1, 3, 4).reshape(B, H, M * S, -1)  # (B, H, M*S, dv)
+    keys, values = gather_blocks(k_cache, block_table), gather_blocks(v_cache, block_table)
     pos = torch.arange(M * S, device=q.device)  # (M*S,): logical position of each gathered key
     q_pos = context_lens[:, None] - Lq + torch.arange(Lq, device=q.device)  # (B, Lq)
     mask = (pos[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, Lq, M*S)

@@ -60,7 +60,7 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
         return Verdict(False, f"internal grader error in this check ({type(e).__name__}: {str(e)[:200]}); "
                               "please report it to the course staff")
     if not verdict.passed and not verdict.skipped:
-        where = next((o.where for o in outcomes if o.error and o.where), None) if check.public else None
+        where = next((o.where for o in outcomes if o.error and o.where), None)  # hidden: none kept
         if where and where not in verdict.detail:
             verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
         if not check.public:

@@ -246,27 +246,18 @@ def rolling_cache_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]
 
 # --------------------------------------------------------------------------- paged_attention
 
-def _gathered(k_cache, v_cache, table):
-    B, Mb = table.shape
-    H, S = k_cache.shape[1], k_cache.shape[2]
-    idx = table.clamp(min=0)
-    k = k_cache[idx].permute(0, 2, 1, 3, 4).reshape(B, H, Mb * S, -1)
-    v = v_cache[idx].permute(0, 2, 1, 3, 4).reshape(B, H, Mb * S, -1)
-    return k, v
-
-
 def diagnose_paged(args, kwargs, got, index, dtype) -> str | None:
     q, k_cache, v_cache, table, lens = args
     B, H, Lq, d = q.shape
     Mb, S = table.shape[1], k_cache.shape[2]
-    k, v = _gathered(k_cache, v_cache, table)
+    k, v = am.gather_blocks(k_cache, table), am.gather_blocks(v_cache, table)
     pos = torch.arange(Mb * S)
     q_pos = lens[:, None] - Lq + torch.arange(Lq)  # (B, Lq)
     causal = (pos[None, None] <= q_pos[:, :, None])[:, None]  # (B, 1, Lq, Mb*S)
     used = (table >= 0).repeat_interleave(S, dim=1)[:, None, None, :]  # (B, 1, 1, Mb*S)
     att = lambda mask, scale=None, kk=k, vv=v: am.attention(q, kk, vv, mask, scale=scale)[0]  # noqa: E731
     logical = torch.arange(Mb).expand(B, Mb)
-    kl, vl = _gathered(k_cache, v_cache, logical)
+    kl, vl = am.gather_blocks(k_cache, logical), am.gather_blocks(v_cache, logical)
     top_left = (pos[None, None] <= torch.arange(Lq)[None, :, None])[:, None]
     return dg.name_mistake(got, [
         (M["top_left"], lambda: att(top_left)),

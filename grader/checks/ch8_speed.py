@@ -106,8 +106,6 @@ TILED = J.Recipe("tiled_attention", am.tiled_attention, ("q", "k", "v", "mask", 
                  (J.Out("out", "number", "(B, H, Lq, dv)"),), diagnose_tiled)
 
 
-# --------------------------------------------------------------------------- no (Lq, Lk) intermediate
-
 # --------------------------------------------------------------------------- cases
 
 def qkv(gen, B, H, Lq, Lk, d, dv, dtype=F32, scale=1.0):

@@ -308,7 +308,7 @@ def dtype_judge(recipe: Recipe):
                 return dg.fail(msg)
             args, kwargs = cpu_args(call, wide=False)
             for out, g in zip(recipe.outs, got):
-                want = expected_dtype(out, call, args, kwargs)
+                want = out.expected_dtype(call, args, kwargs)
                 if want is None and not g.dtype.is_floating_point:
                     return dg.fail(f"{out.name} is {dg.dtype_str(g.dtype)}; expected a floating dtype")
                 if want is not None and g.dtype != want:
@@ -317,10 +317,6 @@ def dtype_judge(recipe: Recipe):
         return dg.PASS
 
     return dg.judged(judge)
-
-
-def expected_dtype(out: Out, call: Call, args: tuple, kwargs: dict) -> torch.dtype | None:
-    return out.expected_dtype(call, args, kwargs)
 
 
 def dtype_hint(out: Out, want: torch.dtype) -> str:
@@ -358,12 +354,18 @@ def guess_bits(recipe: Recipe, calls: list[Call], only: Sequence[int] | None = N
     return bits
 
 
+def guessable(recipe: Recipe, calls: list[Call], only: Sequence[int] | None = None) -> bool:
+    """Whether a blind guess passes ``calls`` once in 2**20 tries or more often: such a case
+    earns like an edge case (see :func:`grader.results.score_of`)."""
+    return guess_bits(recipe, calls, only) < GUESSABLE_BELOW
+
+
 def values(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False,
            only: Sequence[int] | None = None, weight: float = 1.0, edge: bool = False) -> Check:
     """Outputs compared with the reference. ``edge``: a degenerate case that a
     constant or a simpler mask can pass (see :func:`grader.results.score_of`); so is
     a case small enough to guess (:data:`GUESSABLE_BELOW`)."""
-    edge = edge or guess_bits(recipe, calls, only) < GUESSABLE_BELOW
+    edge = edge or guessable(recipe, calls, only)
     return Check(name, calls, values_judge(recipe, only), public=public, weight=weight,
                  kind="edge" if edge else "value")
 

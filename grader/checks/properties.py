@@ -18,15 +18,13 @@ from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, Verdict
 from .judges import (
-    GUESSABLE_BELOW,
     Recipe,
     as_list,
     cpu_args,
     dtypes,
-    expected_dtype,
     fit,
     float_dtype,
-    guess_bits,
+    guessable,
     inputs_of,
     judge_call,
     raised,
@@ -70,7 +68,7 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
                     why = MISTAKES["default_device" if omitted else "wrong_device"]
                     return dg.fail(f"{out.name} is on {dev}; expected {device} — " + why,
                                    f"inputs on {device}: {inputs}")
-                kind_dtype = expected_dtype(out, call, *cpu_args(call, wide=False))
+                kind_dtype = out.expected_dtype(call, *cpu_args(call, wide=False))
                 if kind_dtype is not None and g.dtype != kind_dtype:
                     return dg.fail(f"{out.name} is {dg.dtype_str(g.dtype)}; "
                                    f"expected {dg.dtype_str(kind_dtype)}")
@@ -344,8 +342,8 @@ def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool =
                       Call(c.args, {**c.kwargs, "device": "cpu"}, "cpu")]
         else:
             pairs += [Call(c.args, dict(c.kwargs), "cuda"), Call(c.args, dict(c.kwargs), "cpu")]
-    guessable = guess_bits(recipe, calls) < GUESSABLE_BELOW  # earns like an edge case (judges.values)
-    return Check(name, pairs, cuda_judge(recipe), requires="cuda", kind="edge" if guessable else "value")
+    kind = "edge" if guessable(recipe, calls) else "value"
+    return Check(name, pairs, cuda_judge(recipe), requires="cuda", kind=kind)
 
 
 def int_mask_checks(R: Recipe, seed: int, hidden: bool, public: list[tuple[str, tuple]],
