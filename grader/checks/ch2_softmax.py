@@ -19,7 +19,6 @@ from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
-from .properties import pair_judge
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -309,9 +308,9 @@ def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "bfloat16, with a fully masked row", [Call((*qkv(BF16), full()))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call((*qkv(d_), square())) for d_ in cases.FLOATS]),
         Check("future tokens do not change earlier outputs", causal_pairs(gen, (B, H, 6, d)),
-              pair_judge(R, future_rows, M["future_leak"]), kind="property"),
+              P.pair_judge(R, future_rows, M["future_leak"]), kind="property"),
         Check("padded tokens do not change real outputs", padding_pairs(gen, B + 1, 6, d),
-              pair_judge(R, real_rows, M["padding_leak"]), kind="property"),
+              P.pair_judge(R, real_rows, M["padding_leak"]), kind="property"),
         P.gradients(R, "finite gradients, match reference",
                     [Call((*qkv(), full())), Call((*qkv(BF16), keys()))]),
         P.unchanged(R, "does not modify inputs", [Call((*qkv(), full()))]),

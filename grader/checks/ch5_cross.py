@@ -15,7 +15,7 @@ from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
-from .ch2_softmax import pair_judge, softmax_mistakes, with_empty_row
+from .ch2_softmax import softmax_mistakes, with_empty_row
 from .ch4_combined import decoder_mistakes
 
 M = MISTAKES
@@ -231,9 +231,9 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         J.values(R, "bfloat16", [call(BF16), call(BF16, mask="keys")]),
         J.dtypes(R, "keeps the inputs' dtype", [call(d, mask="keys") for d in cases.FLOATS]),
         Check("future tokens do not change earlier outputs", self_pairs(gen, B, 6, 8, 2, "future"),
-              pair_judge(R, mha_future_rows, M["future_leak"]), kind="property"),
+              P.pair_judge(R, mha_future_rows, M["future_leak"]), kind="property"),
         Check("padded tokens do not change real outputs", self_pairs(gen, B + 1, 6, 8, 2, "padding"),
-              pair_judge(R, mha_real_rows, M["padding_leak"]), kind="property"),
+              P.pair_judge(R, mha_real_rows, M["padding_leak"]), kind="property"),
         P.gradients(R, "finite gradients, match reference", [call(), call(BF16, mask="keys")]),
         P.unchanged(R, "does not modify inputs", [call()]),
         P.on_cuda(R, "matches on CUDA", [call(F16), call(mask="keys")]),

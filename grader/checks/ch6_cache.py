@@ -14,7 +14,7 @@ from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
 from . import judges as J
 from . import properties as P
-from .ch2_softmax import global_max, pair_judge
+from .ch2_softmax import global_max
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -106,7 +106,7 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         Check("step by step equals the full pass", decoding_calls(gen, B, H, 6, d),
               P.decoding_judge(R), kind="property"),
         Check("later new tokens do not change earlier ones", chunk_pairs(gen, B, H, 4, T, d),
-              pair_judge(R, future_rows, M["future_leak"], only=(0,)), kind="property"),
+              P.pair_judge(R, future_rows, M["future_leak"], only=(0,)), kind="property"),
         J.values(R, "float16", [Call(qkv(gen, B, H, n, T, d, F16))]),
         J.values(R, "bfloat16", [Call(qkv(gen, B, H, n, T, d, BF16))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call(qkv(gen, B, H, n, T, d, dt)) for dt in cases.FLOATS]),

@@ -276,11 +276,11 @@ def _become(req: dict, fds: list[int], others: set[int], wakeups: ChildWakeups, 
 
 def _rss(pids: list[int]) -> int:
     """Bytes of memory that ``pids`` hold (resident), from /proc."""
-    total = 0
+    total, page = 0, os.sysconf("SC_PAGE_SIZE")
     for pid in pids:
         try:
             with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                total += int(f.read().split()[1]) * page
         except (OSError, ValueError, IndexError):
             pass
     return total
@@ -308,11 +308,14 @@ def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wake
         except OSError:
             kill_session(pid)
         alive, told = True, 0
+        watched = [] if req.get("share") else [pid]
         while True:
             ready, _, _ = select.select([conn, wakeups.r] if alive else [wakeups.r], [], [], 0.25)
             wakeups.drain()
-            # A confined worker is the child's child (process 1 of its own pid namespace).
-            rss = _rss(children(pid) if req.get("share") else [pid])
+            # A confined worker is the child's child (process 1 of its own pid namespace): found
+            # once, not by a walk of /proc at every tick.
+            watched = watched or children(pid)
+            rss = _rss(watched)
             if alive and rss != told:
                 try:
                     conn.sendall(f"rss {rss}\n".encode())
