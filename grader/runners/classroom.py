@@ -27,13 +27,11 @@ scoring results.json); :mod:`~grader.sandbox.zygote` is the workers' zygote.
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
 import queue
 import secrets
-import statistics
 import sys
 import threading
 import time
@@ -48,7 +46,7 @@ from ..sandbox import allowlist
 from ..sandbox.zygote import Zygote
 from ..seed import SEED_ENV
 from ..terminal import printable
-from .classrun import finish, plan_from
+from .classrun import finish, plan_from, write_grades
 from .classsummary import print_summary
 from .processes import (
     _PACKAGE_ROOT,
@@ -60,7 +58,6 @@ from .processes import (
 )
 from .roster import Student, content_hash, discover, grading_target, no_class
 from .scores import (
-    _fmt,
     contract_exercises,
     failure_results,
     isolation,
@@ -217,16 +214,9 @@ class Manifest:
 
 
 def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
-    """grades.csv: student, one column per contract exercise, total, max, status, isolation, message.
-    Rows with no max of their own (failures) get the class's max, so totals compare."""
-    maxes = [r.max for r in rows if r.max is not None]
-    class_max = statistics.mode(maxes) if maxes else None
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["student", *exercises, "total", "max", "status", "isolation", "message"])
-        for r in rows:
-            w.writerow([r.student, *(_fmt(r.scores.get(e, 0.0)) for e in exercises), _fmt(r.total),
-                        _fmt(r.max if r.max is not None else class_max), r.status, r.isolation, r.message])
+    """grades.csv: student, one column per contract exercise, total, max, status, isolation, message
+    (:func:`~grader.runners.classrun.write_grades` without a roster or a due date)."""
+    write_grades([asdict(r) for r in rows], path, exercises, late=False, roster=False)
 
 
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,
