@@ -108,7 +108,8 @@ def _system() -> list[str]:
 def _python() -> list[str]:
     folders = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
     folders.add(os.path.dirname(os.path.realpath(sys.executable)))
-    folders |= set(site_folders())
+    sites = site_folders()
+    folders |= set(sites)
     folders |= {os.path.realpath(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(":")
                 if p and os.path.isdir(p)}
     folders |= {os.path.realpath(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH")
@@ -117,7 +118,7 @@ def _python() -> list[str]:
     for folder in sorted(folders, key=len):  # a folder before what lies inside it
         if folder != "/" and not folder.startswith("/usr/"):
             args += ["--ro-bind", folder, folder]
-    for folder in site_folders():
+    for folder in sites:
         for name in COURSE_PACKAGES:
             if os.path.isdir(os.path.join(folder, name)):
                 args += ["--tmpfs", os.path.join(folder, name), "--remount-ro", os.path.join(folder, name)]
