@@ -190,6 +190,32 @@ def alibi_bias(n_heads: int, Lq: int, Lk: int, *, device: torch.device | str | N
 
 # --------------------------------------------------------------------------- batched generation
 
+def decoder_logits(
+    model: TinyDecoder,
+    idx: torch.Tensor,
+    mask: torch.Tensor | None | list,
+    positions: torch.Tensor,
+    caches: list | None = None,
+) -> torch.Tensor:
+    """:class:`~attnmask.TinyDecoder`'s forward with an explicit mask and positions.
+
+    Args:
+        idx: long ``(B, L)`` new tokens; positions: long ``(L,)`` or ``(B, L)``.
+        mask: bool, True = may attend, broadcastable to ``(B, H, L, keys)``; or a
+            list of such masks, one per layer (local and global layers).
+        caches: one cache per layer (:class:`~attnmask.KVCache` or
+            :class:`~attnmask.RollingKVCache`, written to), or None.
+
+    Returns:
+        logits ``(B, L, V)``.
+    """
+    masks = mask if isinstance(mask, list) else [mask] * len(model.blocks)
+    x = model.embed.tok(idx) + model.embed.pos(positions)  # (B, L, D)
+    for i, block in enumerate(model.blocks):
+        x = block(x, masks[i], cache=caches[i] if caches else None)
+    return model.head(model.ln_f(x))
+
+
 @torch.no_grad()
 def generate_left_padded(model: TinyDecoder, idx: torch.Tensor, keep: torch.Tensor, n_new: int, *,
                          position_ids: bool = True) -> torch.Tensor:
@@ -214,10 +240,7 @@ def generate_left_padded(model: TinyDecoder, idx: torch.Tensor, keep: torch.Tens
     for _ in range(n_new):
         n, past = step.shape[1], len(caches[0])
         mask = causal_mask(n, n_keys=past + n, device=idx.device) & keys[:, None, None, :]  # (B, 1, n, Lk)
-        x = model.embed.tok(step) + model.embed.pos(step_pos)  # (B, n, D)
-        for block, cache in zip(model.blocks, caches):
-            x = block(x, mask, cache=cache)
-        nxt = model.head(model.ln_f(x))[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        nxt = decoder_logits(model, step, mask, step_pos, caches)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
         out = torch.cat([out, nxt], dim=1)
         keys = torch.cat([keys, torch.ones_like(keys[:, :1])], dim=1)
         step, step_pos = nxt, step_pos[:, -1:] + 1

@@ -10,8 +10,9 @@
   blocks of S slots, found through a block table per sequence.
 * :func:`tree_ancestors` / :func:`tree_positions` / :func:`tree_mask`: a draft
   tree for speculative decoding, verified in one forward pass.
-* :func:`decoder_logits`: a :class:`~attnmask.TinyDecoder` run with an explicit
-  mask and explicit positions, over optional KV caches.
+* :func:`decoder_logits` (defined in :mod:`attnmask.real_models`): a
+  :class:`~attnmask.TinyDecoder` run with an explicit mask and explicit positions,
+  over optional KV caches.
 
 Masks are ``torch.bool`` with True = may attend. The mask builders never read
 tensor values back into Python, so they run on any device, ``meta`` included.
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from . import predicates as P
 from .attention import attention
-from .masks import _check_index_tensor, _check_size
-from .models import TinyDecoder
+from .masks import _check_index_tensor, _check_size, causal_mask
+from .real_models import decoder_logits  # noqa: F401 -- part of this module's API (__all__)
 
 __all__ = [
     "PagedKVCache",
@@ -89,8 +91,7 @@ def image_text_mask(is_image: torch.Tensor, attention_mask: torch.Tensor) -> tor
     L = is_image.shape[1]
     block = image_blocks(is_image)  # (B, L), 0 = text
     same_image = (block[:, :, None] == block[:, None, :]) & (block[:, :, None] > 0)  # (B, L, L)
-    i = torch.arange(L, device=is_image.device)
-    causal = i[None, :] <= i[:, None]  # (L, L)
+    causal = causal_mask(L, device=is_image.device)  # (L, L)
     real_key = attention_mask.bool()[:, None, :]  # (B, 1, L): padded keys hidden from every query
     return ((causal | same_image) & real_key)[:, None]  # (B, 1, L, L)
 
@@ -136,7 +137,8 @@ def rolling_cache_mask(slot_pos: torch.Tensor, q_pos: torch.Tensor, window: int)
     _check_index_tensor("q_pos", q_pos, 2, "(B, Lq) of query positions")
     _check_size("window", window, 1)
     j, p = slot_pos[:, None, :], q_pos[:, :, None]  # (B, 1, W), (B, Lq, 1)
-    return ((j >= 0) & (j <= p) & (j > p - window))[:, None]  # (B, 1, Lq, W)
+    in_window = P.sliding_window(window)(None, None, p, j)  # p - w < j <= p
+    return ((j >= 0) & in_window)[:, None]  # (B, 1, Lq, W)
 
 
 class RollingKVCache:
@@ -337,32 +339,3 @@ def tree_mask(parents: torch.Tensor, past_len: int) -> torch.Tensor:
     anc = tree_ancestors(parents)  # (N, N)
     past = torch.ones(anc.shape[0], past_len, dtype=torch.bool, device=anc.device)
     return torch.cat([past, anc], dim=1)  # (N, past_len + N): the tree sits bottom-right
-
-
-# --------------------------------------------------------------------------- running the tiny model
-
-
-def decoder_logits(
-    model: TinyDecoder,
-    idx: torch.Tensor,
-    mask: torch.Tensor | None | list,
-    positions: torch.Tensor,
-    caches: list | None = None,
-) -> torch.Tensor:
-    """:class:`~attnmask.TinyDecoder`'s forward with an explicit mask and positions.
-
-    Args:
-        idx: long ``(B, L)`` new tokens; positions: long ``(L,)`` or ``(B, L)``.
-        mask: bool, True = may attend, broadcastable to ``(B, H, L, keys)``; or a
-            list of such masks, one per layer (local and global layers).
-        caches: one cache per layer (:class:`~attnmask.KVCache` or
-            :class:`RollingKVCache`, written to), or None.
-
-    Returns:
-        logits ``(B, L, V)``.
-    """
-    masks = mask if isinstance(mask, list) else [mask] * len(model.blocks)
-    x = model.embed.tok(idx) + model.embed.pos(positions)  # (B, L, D)
-    for i, block in enumerate(model.blocks):
-        x = block(x, masks[i], cache=caches[i] if caches else None)
-    return model.head(model.ln_f(x))

@@ -17,10 +17,9 @@ import torch
 
 from .attention import check_qkv
 from .masks import broadcast_mask
+from .softmax import _UPCAST
 
 __all__ = ["tiled_attention"]
-
-_UPCAST = (torch.float16, torch.bfloat16)
 
 
 def tiled_attention(
