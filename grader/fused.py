@@ -58,14 +58,8 @@ def blocked(refuse: Callable[[str], BaseException]) -> Iterator[list[str]]:
     Yields the operators blocked. On exit the dispatcher's own kernels are back."""
     lib = torch.library.Library("aten", "IMPL")
 
-    def kernel_for(name: str):
-        def refused(*args, **kwargs):
-            raise refuse(name)
-
-        return refused
-
-    def call_for(name: str):
-        def refused(self, *args, **kwargs):
+    def refusing(name: str):
+        def refused(*args, **kwargs):  # a kernel, or a method (self is the first of args)
             raise refuse(name)
 
         return refused
@@ -78,11 +72,11 @@ def blocked(refuse: Callable[[str], BaseException]) -> Iterator[list[str]]:
                 op = qualified.split("::", 1)[1]
                 for key in _KEYS:
                     if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key):
-                        lib.impl(op, kernel_for(qualified), key)
+                        lib.impl(op, refusing(qualified), key)
                         names.append(qualified)
         for cls in _hops():
             saved.append((cls, cls.__dict__.get("__call__")))
-            cls.__call__ = call_for(cls.__name__)
+            cls.__call__ = refusing(cls.__name__)
             names.append(cls.__name__)
         yield sorted(set(names))
     finally:
