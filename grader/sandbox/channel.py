@@ -45,6 +45,7 @@ import torch
 
 from ..spec import NotATensor, Outcome
 from .limits import ChannelError
+from .status import RECORD_PARTS
 
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 32
@@ -162,7 +163,7 @@ class Log:
     """Worker side: records appended to ``PID.N.bin`` files in ``folder`` (shared by the
     workers of one grading: each writes its own files)."""
 
-    ANNOUNCEMENT = re.compile(r"^(\d{1,10}\.\d{1,6}) (\d{1,12}) (\d{1,12})$")  # PID.N OFFSET LENGTH
+    ANNOUNCEMENT = re.compile(" ".join(f"({part})" for part in RECORD_PARTS))  # PID.N OFFSET LENGTH
 
     def __init__(self, folder: str):
         self.folder, self.index, self.fd = folder, -1, -1
@@ -171,7 +172,7 @@ class Log:
     @classmethod
     def parse(cls, where: str) -> tuple[str, int, int]:
         """Parent side: (file name, offset, length) of an announced record."""
-        m = cls.ANNOUNCEMENT.match(where)
+        m = cls.ANNOUNCEMENT.fullmatch(where)
         if m is None:
             raise ChannelError("the worker announced a result it did not write")
         return f"{m[1]}.bin", int(m[2]), int(m[3])

@@ -26,7 +26,9 @@ MAX_DIGITS = 9
 UNREADABLE = "sent data the grader cannot read (did it write to the grader's status pipe or files?)"
 
 _N = rf"(\d{{1,{MAX_DIGITS}}})"
-_RECORD = rf"(\d{{1,{MAX_DIGITS}}}\.\d{{1,6}} \d{{1,12}} \d{{1,12}})"
+#: A record's announcement, ``PID.N OFFSET LENGTH`` (see :class:`grader.sandbox.channel.Log`).
+RECORD_PARTS = (rf"\d{{1,{MAX_DIGITS}}}\.\d{{1,6}}", r"\d{1,12}", r"\d{1,12}")
+_RECORD = f"({' '.join(RECORD_PARTS)})"
 _GRAMMAR = {
     "ready": re.compile(r"([ -~]{0,400})"),  # what the worker measured; read by the supervisor, bounded
     "refused": re.compile(r"([ -~]{0,400})"),  # why the sandbox could not be made (the zygote's words)
