@@ -24,6 +24,7 @@ from .results import (
     TIMED_OUT,
     ExerciseResult,
     Report,
+    protected,
 )
 
 MARK = {"passed": "✓", "failed": "✗", "skipped": "–"}
@@ -361,8 +362,7 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
         if len(shown) < len(output):
             shown = [f"... ({len(output) - len(shown)} earlier lines with --verbose)"] + shown
         console.print(Text("\n".join(shown)), highlight=False)
-    if not r.public_only and r.isolation and not (r.isolation.get("seed_protected")
-                                                  and r.isolation.get("references_protected")):
+    if not r.public_only and r.isolation and not protected(r.isolation):
         console.print(Text(f"\nwarning: not protected from student code: {unprotected(r)}. "
                            f"{r.isolation.get('why', '')}", style="yellow"), highlight=False)
     tail = "public checks only: the full grader runs hidden cases too" if r.public_only else (

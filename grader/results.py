@@ -139,7 +139,7 @@ class Report:
     error: str | None = None  # why nothing could be graded
     usage_error: bool = False  # the caller's mistake (e.g. a path that does not exist)
     internal_error: bool = False  # the grader's own mistake (e.g. its checks do not import)
-    #: what kept the seed and the reference answers from student code (grader.sandbox.users.isolation);
+    #: what kept the seed and the reference answers from student code (grader.sandbox.namespaces.isolation);
     #: empty when no student code ran
     isolation: dict[str, Any] = field(default_factory=dict)
     execution_time: float = 0.0  # seconds; not part of to_dict()
@@ -170,3 +170,9 @@ class Report:
             "notes": list(self.notes), "output": self.output, "isolation": dict(self.isolation),
             "exercises": [e.to_dict() for e in self.exercises],
         }
+
+
+def protected(isolation: dict[str, Any]) -> bool:
+    """Whether a report's isolation block says the seed and the reference answers were both
+    kept from student code."""
+    return isolation.get("seed_protected") is True and isolation.get("references_protected") is True

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..results import protected
+
 
 def read_results(path: Path) -> dict[str, Any] | None:
     """A results.json as written by the engine, or None when missing or not valid."""
@@ -68,7 +70,7 @@ def isolation(results: dict[str, Any]) -> str:
     block = (results.get("extra_data") or {}).get("isolation") or {}
     if not isinstance(block, dict) or not block:
         return ""
-    if block.get("seed_protected") is True and block.get("references_protected") is True:
+    if protected(block):
         return "held"
     return f"NOT HELD: {str(block.get('why', ''))[:120]}"
 
