@@ -113,10 +113,11 @@ def grading_target(path: Path) -> Path | None:
 
 def no_class(submissions: Path, out: Path | None = None) -> str | None:
     """Why ``submissions`` holds no class to grade (missing, a file, no students), else None."""
-    if not submissions.is_dir():
-        return (f"{submissions} is {'a file' if submissions.exists() else 'missing'}; pass the folder that "
-                "holds the students' submissions (one sub-folder, notebook or .py file per student)")
-    if not discover(submissions, out)[0]:
+    try:
+        students, _ = discover(submissions, out)
+    except SystemExit as e:  # not a folder: discover says so
+        return str(e.code)
+    if not students:
         return (f"{submissions} holds no students: expected one sub-folder, notebook (.ipynb) or .py file "
                 "per student; nothing was graded")
     return None
