@@ -102,7 +102,8 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
                 if "raw" in row:
                     row["raw"] = total_score(results)
         merged_rows.append(row)
-    names = {entry[0]: entry[1] for entry in first.get("settings", {}).get("roster") or []}
+    roster = first.get("settings", {}).get("roster") or []  # [id, name, ...] rows
+    names = {entry[0]: entry[1] for entry in roster}
     for name in missing:
         merged_rows.append({"student": name, "slug": "", "status": "not merged", "total": 0.0, "max": None,
                             "scores": {}, "seconds": 0.0, "raw": 0.0, "penalty": 0.0, "days_late": 0.0,
@@ -110,7 +111,7 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
                             "name": names.get(name, ""),
                             "message": "no shard given to the merge graded this student"})
     # the order of one run: the roster's, then everyone else by name
-    order = {entry[0]: i for i, entry in enumerate(first.get("settings", {}).get("roster") or [])}
+    order = {entry[0]: i for i, entry in enumerate(roster)}
     merged_rows.sort(key=lambda r: (order.get(r.get("id") or r["student"], len(order)), r["student"]))
     record = {**first, "shard": None, "rows": merged_rows, "class": list(everyone),
               "shards": [{"folder": str(d), "shard": r.get("shard"), "wall_seconds": r.get("wall_seconds")}
