@@ -124,15 +124,11 @@ def _deferred_imports():
     that the student's own imports get the real modules."""
     from ..sandbox import deferred
 
-    names = (deferred.DYNAMO, deferred.SHAPES, deferred.SYMPY)
-    absent = [name for name in names if name not in sys.modules]
-    deferred.install()
+    placed = deferred.install()
     try:
         yield
     finally:
-        for name in absent:
-            if type(sys.modules.get(name)).__module__ == deferred.__name__:
-                del sys.modules[name]
+        deferred.uninstall(placed)
 
 
 @contextmanager

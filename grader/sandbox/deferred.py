@@ -161,8 +161,19 @@ class _Sympy(_Deferred):
         return super().__getattr__(name)
 
 
-def install() -> None:
-    """Put the stand-ins in place of modules not imported yet (the worker, before any student code)."""
+def install() -> list[str]:
+    """Put the stand-ins in place of modules not imported yet (the worker, before any student
+    code); returns the names it stood in for (see :func:`uninstall`)."""
+    placed = []
     for name, stand_in in ((DYNAMO, _Dynamo), (SHAPES, _Shapes), (SYMPY, _Sympy)):
         if name not in sys.modules:
             sys.modules[name] = stand_in(name)
+            placed.append(name)
+    return placed
+
+
+def uninstall(names: list[str]) -> None:
+    """Take out the stand-ins of ``names`` still in place (a real import may have replaced one)."""
+    for name in names:
+        if isinstance(sys.modules.get(name), _Deferred):
+            del sys.modules[name]
