@@ -1,12 +1,10 @@
 """The job, from the trusted parent to the worker: a pickle whose tensors travel as raw bytes.
 
-torch pickles every tensor's storage through ``torch.save``, which costs about 50 µs a
-tensor; a grading's job holds about 800 small tensors (every case's inputs), so a
-class paid 35 ms to write each student's job and 50 ms to read it. Here each storage's
-bytes are written once, after the pickle, and rebuilt with ``torch.frombuffer``: the same
-tensors (dtype, shape, strides, storage offset, shared storages, ``requires_grad``) in a
-tenth of the time. Only the parent writes a job, so reading it needs no restrictions;
-the worker's answers go the other way through :mod:`grader.sandbox.channel`.
+torch pickles each storage through ``torch.save`` (about 50 µs a tensor; a job holds some 800:
+76 ms to write and read). Here each storage's bytes follow the pickle once and are rebuilt with
+``torch.frombuffer``: the same tensors (dtype, shape, strides, offset, shared storages,
+``requires_grad``) in 12 ms. Only the parent writes a job, so reading it is not restricted;
+the worker's answers come back through :mod:`grader.sandbox.channel`, which is.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ charges that exercise only, and starts a fresh worker for the rest.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import os
@@ -39,7 +40,7 @@ from . import channel, deferred, jobwire, namespaces
 from .execute import execute_limited, reseed
 from .limits import CALL_SEED, NOT_RUN, TIME_LIMIT
 
-_FORBIDDEN = None  # see prepare()
+_HELD = contextlib.ExitStack()  # what prepare() keeps in force for the life of the process
 PRINT_CAP = 2**20  # bytes of print() output kept per stream; the rest is counted and dropped
 
 
@@ -207,11 +208,7 @@ def prepare() -> None:
     _warm_up_meta()
     # The forbidden torch APIs and fused kernels, blocked for the life of every worker forked
     # from here (finding and blocking them takes 20 ms; nothing of the grader's uses them).
-    # Kept referenced: a collected block would put the kernels back.
-    global _FORBIDDEN
-    if _FORBIDDEN is None:
-        _FORBIDDEN = rules.forbid_torch_apis()
-        _FORBIDDEN.__enter__()
+    _HELD.enter_context(rules.forbid_torch_apis())
 
 
 def main() -> None:
