@@ -128,6 +128,6 @@ def check_result(check, verdict) -> CheckResult:
                        message=str(verdict.message), detail=str(verdict.detail))
 
 
-def all_not_implemented(errors: list[str | None]) -> bool:
-    """Whether every call seen (by its error, None where it returned) raised a stub's error."""
+def all_not_implemented(outcomes_seen: list[Any]) -> bool:
+    errors = [getattr(o, "error", o) for o in outcomes_seen]  # outcomes, or their errors alone
     return bool(errors) and all(is_stub_error(e) for e in errors)
