@@ -318,7 +318,8 @@ def paged_case(gen: torch.Generator, lens: list[int], Lq: int, S: int, H: int = 
 
 @exercise(5.0, "paged_attention(q, k_cache, v_cache, block_table, context_lens): (B, H, Lq, dv), query i at "
           "position context_lens[b] - Lq + i attends positions 0 .. its own, found at block "
-          "block_table[b, p // S], slot p % S; scale 1/sqrt(d).")
+          "block_table[b, p // S], slot p % S; scale 1/sqrt(d); slots at or past context_lens[b] "
+          "(NaN, inf) never reach the output.")
 def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = PAGED
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
