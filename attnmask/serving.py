@@ -185,7 +185,7 @@ def gather_blocks(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tenso
     Args:
         cache: ``(N, H, S, d)``, N physical blocks of S slots.
         block_table: ``(B, M)`` physical block numbers, -1 where unused (read as block 0:
-            mask those positions).
+            the caller must keep those positions out of its arithmetic).
 
     Returns:
         ``(B, H, M*S, d)``: position p of sequence b is block ``block_table[b, p // S]``,
@@ -215,6 +215,8 @@ def paged_attention(
         ``(B, H, Lq, dv)``: query i of sequence b, at position
         ``context_lens[b] - Lq + i``, attends positions 0 .. its own (bottom-right
         causal); position p is at block ``block_table[b, p // S]``, slot ``p % S``.
+        Slots at or past ``context_lens[b]`` (and blocks the table marks -1) may hold
+        anything, NaN and inf included: they never reach the output.
     """
     _check_index_tensor("block_table", block_table, 2, "(B, M) of physical block numbers, -1 if unused")
     _check_index_tensor("context_lens", context_lens, 1, "(B,) of sequence lengths")
@@ -225,8 +227,12 @@ def paged_attention(
         )
     Lq = q.shape[2]
     M, S = block_table.shape[1], k_cache.shape[2]
-    keys, values = gather_blocks(k_cache, block_table), gather_blocks(v_cache, block_table)
     pos = torch.arange(M * S, device=q.device)  # (M*S,): logical position of each gathered key
+    held = (pos[None, :] < context_lens[:, None])[:, None, :, None]  # (B, 1, M*S, 1): holds a token
+    # A kernel stops reading at context_lens; gathering reads every slot, so the stale ones are
+    # replaced (selected away, not multiplied by 0) before any arithmetic: 0 * NaN would be NaN.
+    keys = torch.where(held, gather_blocks(k_cache, block_table), 0)  # (B, H, M*S, d)
+    values = torch.where(held, gather_blocks(v_cache, block_table), 0)  # (B, H, M*S, dv)
     q_pos = context_lens[:, None] - Lq + torch.arange(Lq, device=q.device)  # (B, Lq)
     mask = (pos[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, Lq, M*S)
     out, _ = attention(q, keys, values, mask)

@@ -57,6 +57,32 @@ def test_paged_attention_equals_dense_causal_attention_of_each_sequence():
         assert torch.allclose(out[s : s + 1], want, atol=1e-6)
 
 
+@pytest.mark.parametrize("stale", [float("nan"), float("inf"), float("-inf")])
+def test_paged_attention_never_reads_stale_slots(stale):
+    # Slots past context_lens, unused blocks and block 0 (read for -1 entries) hold garbage: the
+    # output and the gradients must be those of clean caches, not merely finite where masked.
+    torch.manual_seed(0)
+    H, d, S, Lq = 2, 4, 3, 2
+    cache = am.PagedKVCache(12, S, H, d, seed=1)
+    for s, n in enumerate([7, 2, 9]):
+        cache.append(s, torch.randn(H, n, d), torch.randn(H, n, d))
+    table, lens = cache.block_table([0, 1, 2]), cache.context_lens([0, 1, 2])
+    pos = torch.arange(table.shape[1] * S)
+    held = torch.zeros(12, S, dtype=torch.bool)
+    for b in range(3):
+        for p in pos[pos < lens[b]].tolist():
+            held[table[b, p // S], p % S] = True
+    q = torch.randn(3, H, Lq, d)
+    clean = am.paged_attention(q, cache.k, cache.v, table, lens)
+    k = torch.where(held[:, None, :, None], cache.k, stale).requires_grad_()
+    v = torch.where(held[:, None, :, None], cache.v, stale).requires_grad_()
+    out = am.paged_attention(q, k, v, table, lens)
+    assert torch.equal(out, clean)
+    out.sum().backward()
+    assert torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+    assert not k.grad.transpose(1, 2)[~held].any() and not v.grad.transpose(1, 2)[~held].any()
+
+
 def test_tree_verification_in_one_pass_equals_each_branch_decoded_alone():
     torch.manual_seed(0)
     lm = am.TinyDecoder(am.ModelConfig(vocab_size=11, d_model=16, n_heads=2, max_len=32)).eval()

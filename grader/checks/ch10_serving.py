@@ -4,8 +4,8 @@
 The hidden cases draw what breaks real serving code: adjacent image runs, an
 image at position 0, images inside padding; empty slots and a wrapped ring;
 block tables with unused and shuffled blocks, stale keys after each sequence's
-end and sequences ending exactly on a block border; deep and wide draft trees
-and an empty cache. Degenerate cases that a simpler mask passes (no image, one
+end (loud finite values, then NaN and inf) and sequences ending exactly on a block border;
+deep and wide draft trees and an empty cache. Degenerate cases that a simpler mask passes (no image, one
 decode query over a ring of exactly ``window`` slots, a one-token tree) are
 edges: they earn nothing alone.
 """
@@ -57,6 +57,11 @@ MISTAKES10: dict[str, str] = {
     "paged_past_len": "keys past context_lens are visible: slots after a sequence's last token (and blocks "
                       "the table marks -1) hold stale data. Query i sees positions "
                       "0 .. context_lens[b] - Lq + i.",
+    "paged_stale_read": "a slot that holds no token of the sequence reached the output: slots at or past "
+                        "context_lens (and blocks the table marks -1, read as block 0) may hold NaN or inf, "
+                        "and a mask does not stop them, since 0 * NaN is NaN in weights @ values. Skip them: "
+                        "select only positions < context_lens (torch.where(held, keys, 0)) before any "
+                        "arithmetic, as a paged kernel stops reading at context_lens.",
     "paged_no_causal": "the queries see each other's future: query i of Lq sits at position "
                        "context_lens[b] - Lq + i and must not see the later queries' keys.",
     "paged_position_off": "the query positions are off by one: query i of Lq sits at "
@@ -259,6 +264,10 @@ def diagnose_paged(args, kwargs, got, index, dtype) -> str | None:
     logical = torch.arange(Mb).expand(B, Mb)
     kl, vl = am.gather_blocks(k_cache, logical), am.gather_blocks(v_cache, logical)
     top_left = (pos[None, None] <= torch.arange(Lq)[None, :, None])[:, None]
+    reads_stale = not bool(torch.isfinite(got).all()) and not bool(torch.isfinite(k_cache).all()
+                                                                   and torch.isfinite(v_cache).all())
+    if reads_stale:  # the reference is finite here: only a read of a stale slot makes NaN or inf
+        return X["paged_stale_read"]
     return dg.name_mistake(got, [
         (M["top_left"], lambda: att(top_left)),
         (X["paged_logical"], lambda: att(causal, kk=kl, vv=vl)),
@@ -280,10 +289,11 @@ PAGED = J.Recipe("paged_attention", am.paged_attention,
 
 
 def paged_case(gen: torch.Generator, lens: list[int], Lq: int, S: int, H: int = 2, d: int = 4, dv: int = 3,
-               spare: int = 2, dtype=F32) -> tuple:
+               spare: int = 2, dtype=F32, stale: float | None = None) -> tuple:
     """(q, k_cache, v_cache, block_table, context_lens) for sequences of ``lens`` tokens: blocks handed out
     from a shuffled pool, ``spare`` blocks never used, unused table entries -1, and every slot that holds
-    no token of its sequence filled with loud values (about 100) so that any weight on one shows."""
+    no token of its sequence filled with loud values (about 100) so that any weight on one shows, or with
+    ``stale`` (NaN, inf) so that any read of one shows."""
     need = [-(-n // S) for n in lens]
     Mb, N = max(need) + 1, sum(need) + spare
     perm = torch.randperm(N, generator=gen).tolist()
@@ -297,12 +307,19 @@ def paged_case(gen: torch.Generator, lens: list[int], Lq: int, S: int, H: int = 
             k_cache[blocks[p // S], :, p % S] = cases.randn(gen, H, d)
             v_cache[blocks[p // S], :, p % S] = cases.randn(gen, H, dv)
     q = cases.randn(gen, len(lens), H, Lq, d)
+    if stale is not None:
+        held = torch.zeros(N, 1, S, 1, dtype=torch.bool)  # (N, 1, S, 1): slots that hold a token
+        for b, n in enumerate(lens):
+            for p in range(n):
+                held[table[b, p // S], 0, p % S] = True
+        k_cache, v_cache = torch.where(held, k_cache, stale), torch.where(held, v_cache, stale)
     return q.to(dtype), k_cache.to(dtype), v_cache.to(dtype), table, torch.tensor(lens)
 
 
 @exercise(5.0, "paged_attention(q, k_cache, v_cache, block_table, context_lens): (B, H, Lq, dv), query i at "
           "position context_lens[b] - Lq + i attends positions 0 .. its own, found at block "
-          "block_table[b, p // S], slot p % S; scale 1/sqrt(d).")
+          "block_table[b, p // S], slot p % S; scale 1/sqrt(d); slots at or past context_lens[b] "
+          "(NaN, inf) never reach the output.")
 def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = PAGED
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -332,6 +349,9 @@ def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         P.on_device(R, "on the inputs' device, vectorised (meta)", [Call(case(), device="meta")]),
         P.unchanged(R, "does not modify the inputs", [Call(case())]),
         P.on_cuda(R, "matches on CUDA", [Call(case()), Call(case(F16))]),
+        J.values(R, "NaN and inf in the slots that hold no token (stale slots, unused blocks)",
+                 [Call(paged_case(gen, lens, Lq, S, stale=math.nan)),
+                  Call(paged_case(gen, lens, 1, S, stale=math.inf))]),
     ]
 
 

@@ -169,8 +169,9 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens):
     n_keys = block_table.shape[1] * S
     p = torch.arange(n_keys, device=q.device)  # (M*S,)
     phys = block_table[:, p // S].clamp(min=0)  # (B, M*S): physical block of each position
-    k = k_cache[phys, :, p % S].transpose(1, 2)  # (B, H, M*S, d)
-    v = v_cache[phys, :, p % S].transpose(1, 2)  # (B, H, M*S, dv)
+    held = (p[None, :] < context_lens[:, None])[:, None, :, None]  # (B, 1, M*S, 1): a token is there
+    k = torch.where(held, k_cache[phys, :, p % S].transpose(1, 2), 0)  # (B, H, M*S, d)
+    v = torch.where(held, v_cache[phys, :, p % S].transpose(1, 2), 0)  # (B, H, M*S, dv)
     q_pos = context_lens[:, None] - Lq + torch.arange(Lq, device=q.device)  # (B, Lq)
     mask = (p[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, Lq, M*S)
     out, _ = attention(q, k, v, mask)

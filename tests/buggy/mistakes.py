@@ -570,6 +570,7 @@ BUGS: list[Bug] = [
     Bug("rolling_cache_mask", sv.rolling_future_visible, "ring_future"),
     Bug("rolling_cache_mask", sv.rolling_no_window, "ring_no_window"),
     Bug("rolling_cache_mask", sv.rolling_window_from_slots, "ring_no_window"),
+    Bug("paged_attention", sv.paged_mask_only, "paged_stale_read"),
     Bug("paged_attention", sv.paged_top_left, "top_left"),
     Bug("paged_attention", sv.paged_logical_block, "paged_logical"),
     Bug("paged_attention", sv.paged_whole_blocks, "paged_past_len"),

@@ -106,6 +106,11 @@ def _paged(q, k_cache, v_cache, block_table, context_lens, *, table=None, mask_f
     return w @ v
 
 
+def paged_mask_only(q, k_cache, v_cache, block_table, context_lens):
+    """Reads every gathered slot and only masks the stale ones: 0 * NaN in w @ v."""
+    return _paged(q, k_cache, v_cache, block_table, context_lens)
+
+
 def paged_top_left(q, k_cache, v_cache, block_table, context_lens):
     Lq = q.shape[2]
     return _paged(
