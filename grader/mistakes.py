@@ -29,8 +29,18 @@ MISTAKES: dict[str, str] = {
                          "torch.finfo(dtype).min.",
     "fill_overflow": "the fill value does not fit in this dtype (float16 ends at ±65504, so -1e9 overflows). "
                      "Use float('-inf') or torch.finfo(scores.dtype).min.",
-    "nan_rows": "a fully masked row came back as NaN: the softmax of all -inf is 0/0. Return zeros for rows "
-                "with no allowed key (e.g. torch.where(mask.any(-1, keepdim=True), weights, 0)).",
+    "nan_rows": "a fully masked row came back as NaN: torch.softmax subtracts the row's max first, and "
+                "-inf - (-inf) is NaN. Return zeros for rows with no allowed key, and keep their gradient "
+                "finite too: make such rows finite (e.g. 0) before the softmax, then zero their weights. "
+                "Replacing the NaN afterwards (torch.where(mask.any(-1, keepdim=True), weights, 0)) is "
+                "enough only if the -inf was filled in (masked_fill, torch.where), not added "
+                "(scores + bias).",
+    "nan_grads": "a row whose scores are all -inf has a NaN softmax, in the backward pass as in the forward "
+                 "one. Replacing the NaN weights afterwards keeps the gradient finite only if the -inf was "
+                 "filled in with masked_fill or torch.where, whose backward gives each filled score gradient "
+                 "0. Added to the scores (scores + to_additive(mask), or a row max of -inf subtracted), the "
+                 "-inf passes the NaN back to the scores, and on to q and k. Fill instead of adding, or make "
+                 "such rows finite (e.g. 0) before the softmax.",
     "uniform_rows": "a fully masked row came back uniform (1/Lk each): a finite fill makes all blocked keys "
                     "equal again. Return zeros for rows with no allowed key.",
     "wrong_dim": "the softmax runs over the wrong dimension: normalise over the keys (dim=-1) so that "

@@ -19,7 +19,6 @@ from ..mistakes import MISTAKES
 from ..spec import Call, Check, Verdict
 from .judges import (
     Recipe,
-    as_list,
     cpu_args,
     dtypes,
     fit,
@@ -121,17 +120,8 @@ def reference_grads(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None
 
 
 def grads_of(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
-    """Gradients of the same weighted sum the worker uses (grader.sandbox.execute._grads),
-    in float64, w.r.t. the float tensor args."""
-    args, kwargs = cpu_args(call)
-    idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
-    args = tuple(a.requires_grad_(True) if i in idx else a for i, a in enumerate(args))
-    outs = [o for o in as_list(recipe.ref(*args, **kwargs))
-            if isinstance(o, torch.Tensor) and o.dtype.is_floating_point and o.requires_grad]
-    gen = torch.Generator().manual_seed(1234)
-    total = sum((o * torch.randn(o.shape, generator=gen).double()).sum() for o in outs)
-    grads = torch.autograd.grad(total, [args[i] for i in idx], allow_unused=True)
-    return dict(zip(idx, grads))
+    """:meth:`Recipe.expected_grads`, as a function of both (what :func:`judges.remember` keeps)."""
+    return recipe.expected_grads(call)
 
 
 @rebuildable(names_mistakes=True)
@@ -164,7 +154,7 @@ def grads_judge(recipe: Recipe):
                     return dg.fail(f"the gradient of {name} is {dg.describe(g)}; "
                                    f"expected the shape of {name}")
                 if not bool(torch.isfinite(g).all()):
-                    return dg.fail(f"the gradient of {name} has NaN or inf: " + NAN_GRADS,
+                    return dg.fail(f"the gradient of {name} has NaN or inf: " + MISTAKES["nan_grads"],
                                    f"inputs: {inputs}")
                 # float32 gradients go through a few more roundings than the outputs:
                 # judge them at the float16 tolerance.
@@ -185,11 +175,6 @@ def grads_judge(recipe: Recipe):
 
 
 GRAD_TOL = torch.float16
-
-NAN_GRADS = ("the softmax of an all -inf row is NaN in the backward pass too, even when the output is "
-             "patched afterwards, and an added -inf bias passes that NaN on to the scores. Use masked_fill "
-             "(its backward zeroes blocked positions) or keep fully masked rows finite before the softmax.")
-
 
 @rebuildable(names_mistakes=True)
 def cuda_judge(recipe: Recipe):
@@ -328,8 +313,8 @@ def unchanged(recipe: Recipe, name: str, calls: list[Call]) -> Check:
     return Check(name, calls, unchanged_judge(recipe), kind="property")
 
 
-def gradients(recipe: Recipe, name: str, calls: list[Call]) -> Check:
-    return Check(name, calls, grads_judge(recipe), want_grads=True)
+def gradients(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False) -> Check:
+    return Check(name, calls, grads_judge(recipe), want_grads=True, public=public)
 
 
 def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool = False) -> Check:
