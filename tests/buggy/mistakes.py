@@ -79,6 +79,11 @@ def influence_sum_grad(f, x):
     return torch.stack(rows)
 
 
+def influence_l1(f, x):
+    jac = torch.autograd.functional.jacobian(f, x.detach())  # (L, d_out, L, d)
+    return jac.abs().sum(dim=(1, 3))
+
+
 def influence_flags_input(f, x):
     x.requires_grad_(True)  # the caller's x now requires grad
     jac = torch.autograd.functional.jacobian(f, x)
@@ -281,6 +286,16 @@ def decoder_pads_rows_too(lengths, max_len):
     return ok.decoder_mask(lengths, max_len) & real[:, None, :, None]
 
 
+def decoder_unreshaped(lengths, max_len):
+    # (L, L) & (B, L): raises when B is neither 1 nor L, and is silently wrong when B = L
+    return ok.causal_mask(max_len, device=lengths.device) & ok.padding_mask(lengths, max_len)
+
+
+def decoder_unreshaped_b_not_l(lengths, max_len):
+    """The same mistake, on a batch whose B is neither 1 nor L: the shapes clash."""
+    return decoder_unreshaped(lengths, max_len)
+
+
 def decoder_no_causal(lengths, max_len):
     return ok.padding_mask(lengths, max_len)[:, None, None, :].expand(-1, 1, max_len, -1)
 
@@ -474,6 +489,7 @@ BUGS: list[Bug] = [
     Bug("influence_matrix", influence_squared, "squared"),
     Bug("influence_matrix", influence_sum_grad, "summing the outputs"),
     Bug("influence_matrix", influence_in_place_grad, ".grad was set"),
+    Bug("influence_matrix", influence_l1, "the L1 norm"),
     Bug("influence_matrix", influence_flags_input, ".requires_grad was changed"),
     Bug("to_additive", additive_zero_times_inf, "zero_times_inf"),
     Bug("to_additive", additive_inverted, "inverted"),
@@ -515,6 +531,8 @@ BUGS: list[Bug] = [
     Bug("decoder_mask", decoder_pads_queries, "rows_padded_too"),
     Bug("decoder_mask", decoder_pads_rows_too, "rows_padded_too"),
     Bug("decoder_mask", decoder_no_causal, "no_causal"),
+    Bug("decoder_mask", decoder_unreshaped, "unreshaped_padding"),
+    Bug("decoder_mask", decoder_unreshaped_b_not_l, "shapes_clash"),
     Bug("decoder_mask", decoder_no_padding, "no_padding"),
     Bug("encoder_decoder_masks", enc_dec_causal_cross, "cross_causal"),
     Bug("encoder_decoder_masks", enc_dec_causal_encoder, "enc_causal"),
@@ -549,6 +567,7 @@ BUGS: list[Bug] = [
     Bug("left_padding_position_ids", rm.positions_from_1, "positions_from_1"),
     Bug("left_padding_position_ids", rm.positions_hf_fill, "padding_not_zero"),
     Bug("left_padding_position_ids", rm.positions_flat_cumsum, "not_restarted"),
+    Bug("left_padding_position_ids", rm.positions_minus_pads, "pads_subtracted"),
     Bug("packed_labels", rm.labels_not_shifted, "not_shifted"),
     Bug("packed_labels", rm.labels_leak_across_documents, "cross_document"),
     Bug("packed_labels", rm.labels_border_late, "border_late"),
@@ -565,6 +584,7 @@ BUGS: list[Bug] = [
     Bug("alibi_bias", rm.alibi_not_causal, "alibi_not_causal"),
     Bug("alibi_bias", rm.alibi_key_form, "alibi_key_form"),
     Bug("alibi_bias", rm.alibi_reversed, "alibi_reversed"),
+    Bug("alibi_bias", rm.alibi_odd_slopes, "alibi_odd_slopes"),
     Bug("alibi_bias", rm.alibi_finite, "alibi_finite"),
     Bug("image_text_mask", sv.image_one_block, "image_one_block"),
     Bug("image_text_mask", sv.image_padding_reaches_block, "image_padding"),
