@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["plot_attention", "plot_mask", "plot_masks"]
+__all__ = ["plot_attention", "plot_mask", "plot_masks", "plot_values"]
 
 ALLOWED = "#1f4e79"  # dark: may attend
 BLOCKED = "#f2f2f2"  # light: blocked
@@ -104,4 +104,39 @@ def plot_attention(weights: torch.Tensor, ax=None, *, title: str = "attention we
     ax.set_ylabel("query position i")
     ax.set_title(title)
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def plot_values(values: torch.Tensor, ax=None, *, title: str = "values", blocked: torch.Tensor | None = None,
+                cmap: str = "RdBu_r", fontsize: int = 10):
+    """Heatmap of a 2-D float tensor ``(rows, cols)`` with each value written in its cell.
+
+    ``blocked`` (bool, broadcastable to ``values``, True = blocked) cells are drawn in the
+    light colour of a blocked mask cell; −∞ is written as "−∞". Colours are pale (limits at
+    1.6 × the largest finite magnitude) so that the numbers stay legible.
+    """
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+
+    v = _as_2d(values, "values").double()
+    shown = v.clone()
+    if blocked is not None:
+        shown[torch.broadcast_to(blocked.cpu(), v.shape)] = float("nan")
+    colours = mpl.colormaps[cmap].copy()
+    colours.set_bad(BLOCKED)
+    finite = v[torch.isfinite(v)]
+    lim = 1.6 * float(finite.abs().max()) if finite.numel() else 1.0
+    if ax is None:
+        _, ax = plt.subplots(figsize=(3.2, 3.2))
+    ax.imshow(shown.numpy(), cmap=colours, vmin=-lim, vmax=lim)
+    rows, cols = v.shape
+    for i in range(rows):
+        for j in range(cols):
+            x = float(v[i, j])
+            ax.text(j, i, "−∞" if x == float("-inf") else f"{x:.2f}", ha="center", va="center",
+                    fontsize=fontsize)
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+    ax.tick_params(labelsize=9)
+    ax.set_title(title)
     return ax

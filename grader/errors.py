@@ -77,6 +77,7 @@ def explain_error(error: str) -> str:
         (r"without overflow", MISTAKES["fill_overflow"]),
         (r"leaf Variable that requires grad is being used in an in-place", MISTAKES["in_place"]),
         (_MIXES_DEVICES, MISTAKES["mixed_devices"]),
+        (r"must match the size of tensor b .* at non-singleton dimension", MISTAKES["shapes_clash"]),
         (r"same dtype|expected scalar type|dtype .* but got|Found dtype", MISTAKES["mixed_dtypes"]),
     ]
     for pattern, message in rules:

@@ -29,8 +29,18 @@ MISTAKES: dict[str, str] = {
                          "torch.finfo(dtype).min.",
     "fill_overflow": "the fill value does not fit in this dtype (float16 ends at ±65504, so -1e9 overflows). "
                      "Use float('-inf') or torch.finfo(scores.dtype).min.",
-    "nan_rows": "a fully masked row came back as NaN: the softmax of all -inf is 0/0. Return zeros for rows "
-                "with no allowed key (e.g. torch.where(mask.any(-1, keepdim=True), weights, 0)).",
+    "nan_rows": "a fully masked row came back as NaN: the softmax subtracts the row's max first, and "
+                "-inf - (-inf) is NaN. Return zeros for rows with no allowed key, and keep their gradient "
+                "finite too: make such rows finite (e.g. 0) before the softmax, then zero their weights. "
+                "Replacing the NaN afterwards (torch.where(mask.any(-1, keepdim=True), weights, 0)) is "
+                "enough only if the -inf was filled in (masked_fill, torch.where), not added "
+                "(scores + bias).",
+    "nan_grads": "a row whose scores are all -inf has a NaN softmax, in the backward pass as in the forward "
+                 "one. Replacing the NaN weights afterwards keeps the gradient finite only if the -inf was "
+                 "filled in with masked_fill or torch.where, whose backward gives each filled score gradient "
+                 "0. Added to the scores (scores + to_additive(mask), or a row max of -inf subtracted), the "
+                 "-inf passes the NaN back to the scores, and on to q and k. Fill instead of adding, or make "
+                 "such rows finite (e.g. 0) before the softmax.",
     "uniform_rows": "a fully masked row came back uniform (1/Lk each): a finite fill makes all blocked keys "
                     "equal again. Return zeros for rows with no allowed key.",
     "wrong_dim": "the softmax runs over the wrong dimension: normalise over the keys (dim=-1) so that "
@@ -45,6 +55,15 @@ MISTAKES: dict[str, str] = {
     "rows_padded_too": "padded query rows are masked: the contract masks only padded keys, broadcast as "
                        "(B, 1, 1, L), and a padded query row still sees the real keys before it (masking "
                        "the rows, with or without the keys, gives this same wrong mask).",
+    "unreshaped_padding": "the (B, L) padding table was combined with the (L, L) causal mask without its "
+                          "head and query axes: broadcasting lines shapes up from the right, so it is read "
+                          "as (Lq, Lk) and query i gets the padding of sequence i. This runs only when B = L "
+                          "or B = 1, and is right only when B = 1. Give it its axes first: "
+                          "padding[:, None, None, :] is (B, 1, 1, L).",
+    "shapes_clash": "two shapes do not broadcast: shapes line up from the right, and only a size-1 axis "
+                    "stretches. For example, a (B, L) padding table meets an (L, L) causal mask on its last "
+                    "two axes and clashes whenever B is neither 1 nor L: give it its head and query axes "
+                    "first, padding[:, None, None, :], (B, 1, 1, L).",
     "no_padding": "padding is ignored: key j of sequence b must be hidden when j >= lengths[b].",
     "padding_off_by_one": "the padding is off by one: positions j < lengths[b] are real "
                           "(not j <= lengths[b]).",

@@ -235,21 +235,12 @@ def test_page_fits_1280_px_with_one_search_box(entry, rendered):
     assert page["search_boxes"] == 1, f"{entry}.html shows {page['search_boxes']} search boxes"
 
 
-# Chapters whose figures do not carry alt text yet (they are being rewritten); the test
-# below fails when one of them gains it everywhere, so that the entry is removed here.
-ALT_TEXT_PENDING = {"02_softmax", "04_combining"}
-
-
 @pytest.mark.parametrize("entry", pages())
 def test_figures_have_alt_text(entry, rendered):
     """Every figure says in words what it shows (cell metadata mystnb.image.alt),
     instead of the default alt text, its file name."""
     unnamed = [src for src, alt in rendered[entry]["alts"]
                if src.startswith("_images/") and (not alt or alt.endswith(src.rsplit("/", 1)[-1]))]
-    if entry in ALT_TEXT_PENDING:
-        assert unnamed or not rendered[entry]["alts"], (
-            f"{entry}.html: every figure has alt text now; remove it from ALT_TEXT_PENDING")
-        return
     assert not unnamed, (f"{entry}.html: {len(unnamed)} figures have no alt text; give each figure cell "
                          f"metadata {{\"mystnb\": {{\"image\": {{\"alt\": \"...\"}}}}}}")
 

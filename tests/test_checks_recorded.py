@@ -91,3 +91,19 @@ def test_a_changed_answer_makes_the_data_stale(tmp_path):
     first = next(iter(answers.values()))
     first["want"][0] = ~first["want"][0]
     assert recorded.stale(data, tmp_path)
+
+
+def test_the_public_checks_catch_nan_gradients_of_an_added_bias(both):
+    """Exercise 2.2's public checks run the backward pass: an answer right in the forward pass
+    whose added -inf sends NaN back from a fully masked row fails check() and is told why,
+    while the same answer that fills the -inf in (tests/buggy/correct.py) passes."""
+    from buggy.mistakes import softmax_additive_patched
+
+    from grader.mistakes import MISTAKES
+
+    _, replayed = both
+    failed = {n: v.message for n, v in grade(softmax_additive_patched, replayed["masked_softmax"]).items()
+              if not v.passed}
+    assert list(failed) == ["finite gradients with a fully masked row, match reference"]
+    assert MISTAKES["nan_grads"] in next(iter(failed.values()))
+    assert all(v.passed for v in grade(correct.masked_softmax, replayed["masked_softmax"]).values())

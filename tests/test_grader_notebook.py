@@ -64,6 +64,16 @@ def test_mistake_gets_the_graders_feedback(capsys):
     assert result.first_failure.message in out  # the same words as the full grader
 
 
+def test_the_prefaces_sample_feedback_is_what_check_prints(capsys):
+    """book/00_preface.md shows check() on a causal_mask built with triu, as it prints."""
+    import textwrap
+
+    preface = (ROOT / "book" / "00_preface.md").read_text()
+    sample = preface.split("```text\n", 1)[1].split("```", 1)[0]
+    check(_named(_wrong))
+    assert capsys.readouterr().out == textwrap.dedent(sample)
+
+
 def test_stub_says_not_implemented_yet(capsys):
     check(_named(_stub))
     out = capsys.readouterr().out.strip()

@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import attnmask as am  # noqa: E402
-from attnmask.plot import plot_attention, plot_mask, plot_masks  # noqa: E402
+from attnmask.plot import plot_attention, plot_mask, plot_masks, plot_values  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -71,3 +71,14 @@ def test_plot_attention_accepts_low_precision_and_grad():
 def test_more_than_two_real_dimensions_is_an_error(plot):
     with pytest.raises(ValueError, match=r"\(Lq, Lk\).*\(2, 1, 4, 4\).*index it first"):
         plot(am.decoder_mask(torch.tensor([3, 4]), 4).float())
+
+
+def test_plot_values_writes_each_value_and_greys_blocked_cells():
+    scores = torch.tensor([[0.5, -1.25], [2.0, 0.0]])
+    blocked = torch.tensor([[False, True], [False, False]])
+    ax = plot_values(scores + am.to_additive(~blocked), title="scores", blocked=blocked)
+    assert [t.get_text() for t in ax.texts] == ["0.50", "−∞", "2.00", "0.00"]
+    image = ax.images[0].get_array()
+    assert bool(image.mask[0, 1]) and not bool(image.mask[1, 0])  # the blocked cell is drawn as "bad"
+    assert ax.get_title() == "scores"
+    plt.close("all")

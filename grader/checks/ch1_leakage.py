@@ -68,7 +68,20 @@ def diagnose_influence(args, kwargs, got, index, dtype) -> str | None:
         ("the gradient of f(x)[i].sum() is not the Jacobian block: summing the outputs first lets "
          "components cancel. Differentiate every output component (e.g. torch.autograd.functional.jacobian).",
          lambda: grad_of_sum(f, x)),
+        ("the block norm is the L1 norm (the sum of |entries|); the contract asks for the Frobenius norm, "
+         "the square root of the sum of squares.", lambda: jacobian_blocks(f, x).abs().sum(dim=(-2, -1))),
+        ("the block norm is the spectral norm (the largest singular value); the contract asks for the "
+         "Frobenius norm, the square root of the sum of squares.",
+         lambda: torch.linalg.matrix_norm(jacobian_blocks(f, x), ord=2)),
+        ("the block norm is the largest |entry|; the contract asks for the Frobenius norm, the square root "
+         "of the sum of squares.", lambda: jacobian_blocks(f, x).abs().amax(dim=(-2, -1))),
     ], dtype)
+
+
+def jacobian_blocks(f, x: torch.Tensor) -> torch.Tensor:
+    """(L, L, d_out, d): block [i, j] is ∂f(x)[i] / ∂x[j]."""
+    jac = torch.autograd.functional.jacobian(f, x.detach())  # (L, d_out, L, d)
+    return jac.permute(0, 2, 1, 3)
 
 
 def grad_of_sum(f, x: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ def decoder_mistakes(lengths: torch.Tensor, L: int) -> list[dg.Candidate]:
     full = lambda m: m.expand(B, 1, L, L)  # noqa: E731
     return [
         (M["inverted"], lambda: ~am.decoder_mask(lengths, L)),
+        (M["unreshaped_padding"], lambda: full(causal & real)),  # (L, L) & (B, L): only when B = L
         # causal & rows == causal & rows & keys: the message says so, and fits both
         (M["rows_padded_too"], lambda: full(causal & rows)),
         (M["no_padding"], lambda: full(causal[None, None])),
@@ -61,6 +62,9 @@ def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     checks = [
         J.values(R, "lengths [2, 4], max_len 4", [Call((torch.tensor([2, 4]), 4))], public=True),
         J.values(R, "length 0 and length = max_len", [Call((torch.tensor([5, 0]), 5))], public=True),
+        # B = L: a (B, L) table used without its axes broadcasts silently (chapter 3)
+        J.values(R, "B = L = 3: lengths [1, 3, 2], max_len 3", [Call((torch.tensor([1, 3, 2]), 3))],
+                 public=True),
     ]
     if not hidden:
         return checks

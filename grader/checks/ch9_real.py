@@ -32,8 +32,12 @@ MISTAKES9: dict[str, str] = {
     "counts_padding": "the position ids count the padding: a row's first real token is position 0, as if "
                       "the row were alone. Count real tokens only: keep.long().cumsum(-1) - 1.",
     "positions_from_1": "the position ids start at 1: the first real token is position 0 (cumsum - 1).",
-    "padding_not_zero": "padding positions must be 0: cumsum - 1 leaves -1 before the first real token "
-                        "(Hugging Face fills padding with 1). Use .masked_fill(~keep, 0).",
+    "padding_not_zero": "padding positions must be 0: cumsum - 1 leaves -1 before the first real token. "
+                        "Use .masked_fill(~keep, 0).",
+    "pads_subtracted": "the positions are arange(L) minus the number of padding tokens: that numbers the "
+                       "real tokens right only when all the padding is on the left, and it gives the padding "
+                       "itself negative positions. Count the real tokens, keep.long().cumsum(-1) - 1, and "
+                       "put 0 at padding.",
     "not_restarted": "the position ids do not restart at each row: the count runs across the batch. "
                      "Count along each row, cumsum(dim=-1).",
     "not_shifted": "the labels are not shifted: position t is trained to predict the *next* token, "
@@ -59,6 +63,9 @@ MISTAKES9: dict[str, str] = {
     "alibi_slopes_pow2": "the slopes are wrong when n_heads is not a power of two: take the slopes of m = "
                          "the largest power of two below n_heads, then the first n_heads - m of the "
                          "even-indexed slopes of 2m (2^(-8/(2m)), 2^(-24/(2m)), ...).",
+    "alibi_odd_slopes": "the extra slopes come from the odd indices of 2m's slopes ([1::2]): those are "
+                        "2^(-16/(2m)), 2^(-32/(2m)), ..., the slopes of m over again. Take the even indices, "
+                        "[0::2] (counting from 0): 2^(-8/(2m)), 2^(-24/(2m)), ...",
     "alibi_sign": "the bias has the wrong sign: farther keys must score *lower*, -slope_h * (pos_q - j).",
     "alibi_not_causal": "the future is not masked: keys j > pos_q must be -inf (this ALiBi bias is causal).",
     "alibi_key_form": "the bias is slope_h * j (BLOOM's form), which differs from the contract by a constant "
@@ -84,6 +91,9 @@ def diagnose_positions(args, kwargs, got, index, dtype) -> str | None:
         (X["positions_from_1"], lambda: count.masked_fill(~keep, 0)),
         (X["padding_not_zero"], lambda: count - 1),
         (X["padding_not_zero"], lambda: (count - 1).masked_fill(~keep, 1)),
+        (X["pads_subtracted"], lambda: t - (~keep).sum(-1, keepdim=True)),
+        (X["pads_subtracted"], lambda: (t - (~keep).sum(-1, keepdim=True)).masked_fill(~keep, 0)),
+        (X["pads_subtracted"], lambda: (t - (~keep).sum(-1, keepdim=True)).clamp(min=0)),
         (X["not_restarted"], lambda: (flat - 1).masked_fill(~keep, 0)),
         (X["not_restarted"], lambda: (keep.long().cumsum(0) - 1).masked_fill(~keep, 0)),
     ], torch.float64)
@@ -306,6 +316,7 @@ def diagnose_alibi(args, kwargs, got, index, dtype) -> str | None:
         (X["alibi_top_left"], lambda: _bias(slopes, Lq, Lk, 0)),
         (X["alibi_slopes_pow2"], lambda: _bias(naive, Lq, Lk, Lk - Lq)),
         (X["alibi_slopes_pow2"], lambda: _bias(am.alibi_slopes(up)[:n], Lq, Lk, Lk - Lq)),
+        (X["alibi_odd_slopes"], lambda: _bias(odd_indexed(n), Lq, Lk, Lk - Lq)),
         (X["alibi_sign"], lambda: _bias(-slopes, Lq, Lk, Lk - Lq)),
         (X["alibi_not_causal"], lambda: -slopes.double()[:, None, None] * (pos_q - j).abs()),
         (X["alibi_not_causal"], lambda: _bias(slopes, Lq, Lk, Lk - Lq, causal=False)),
@@ -315,6 +326,13 @@ def diagnose_alibi(args, kwargs, got, index, dtype) -> str | None:
         *[(X["alibi_finite"], lambda fill=fill: ref.clamp(min=fill)) for fill in FINITE_FILLS],
         (X["alibi_finite"], lambda: torch.where(torch.isinf(ref) & (got.double() < -1e3), got.double(), ref)),
     ], dtype)
+
+
+def odd_indexed(n: int) -> torch.Tensor:
+    """The slopes (H,) of the mistake: m's slopes, then the odd-indexed ([1::2]) slopes of 2m."""
+    m = 2 ** int(math.floor(math.log2(n)))
+    return torch.cat([am.alibi_slopes(m, dtype=torch.float64),
+                      am.alibi_slopes(2 * m, dtype=torch.float64)[1::2][: n - m]])
 
 
 #: The finite "minus infinity"s people use instead of -inf: each dtype's lowest, -1e9, -1e4.

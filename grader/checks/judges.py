@@ -74,6 +74,20 @@ class Recipe:
         args, kwargs = cpu_args(call)
         return as_list(self.ref(*args, **kwargs))
 
+    def expected_grads(self, call: Call) -> dict[int, torch.Tensor | None]:
+        """The reference's gradients, in float64, w.r.t. the call's float tensor args (by
+        position), of the same weighted sum of its float outputs as the worker takes
+        (:func:`grader.sandbox.execute._grads`)."""
+        args, kwargs = cpu_args(call)
+        idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
+        args = tuple(a.requires_grad_(True) if i in idx else a for i, a in enumerate(args))
+        outs = [o for o in as_list(self.ref(*args, **kwargs))
+                if isinstance(o, torch.Tensor) and o.dtype.is_floating_point and o.requires_grad]
+        gen = torch.Generator().manual_seed(1234)
+        total = sum((o * torch.randn(o.shape, generator=gen).double()).sum() for o in outs)
+        grads = torch.autograd.grad(total, [args[i] for i in idx], allow_unused=True)
+        return dict(zip(idx, grads))
+
     def diagnosis(self, call: Call, args: tuple, kwargs: dict, got: torch.Tensor, index: int,
                   dtype: torch.dtype) -> str | None:
         """The classic mistake behind the wrong output ``index`` of ``call``, or None."""

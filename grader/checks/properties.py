@@ -19,7 +19,6 @@ from ..mistakes import MISTAKES
 from ..spec import Call, Check, Verdict
 from .judges import (
     Recipe,
-    as_list,
     cpu_args,
     dtypes,
     fit,
@@ -121,17 +120,8 @@ def reference_grads(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None
 
 
 def grads_of(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
-    """Gradients of the same weighted sum the worker uses (grader.sandbox.execute._grads),
-    in float64, w.r.t. the float tensor args."""
-    args, kwargs = cpu_args(call)
-    idx = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
-    args = tuple(a.requires_grad_(True) if i in idx else a for i, a in enumerate(args))
-    outs = [o for o in as_list(recipe.ref(*args, **kwargs))
-            if isinstance(o, torch.Tensor) and o.dtype.is_floating_point and o.requires_grad]
-    gen = torch.Generator().manual_seed(1234)
-    total = sum((o * torch.randn(o.shape, generator=gen).double()).sum() for o in outs)
-    grads = torch.autograd.grad(total, [args[i] for i in idx], allow_unused=True)
-    return dict(zip(idx, grads))
+    """:meth:`Recipe.expected_grads`, as a function of both (what :func:`judges.remember` keeps)."""
+    return recipe.expected_grads(call)
 
 
 @rebuildable(names_mistakes=True)
@@ -164,7 +154,7 @@ def grads_judge(recipe: Recipe):
                     return dg.fail(f"the gradient of {name} is {dg.describe(g)}; "
                                    f"expected the shape of {name}")
                 if not bool(torch.isfinite(g).all()):
-                    return dg.fail(f"the gradient of {name} has NaN or inf: " + NAN_GRADS,
+                    return dg.fail(f"the gradient of {name} has NaN or inf: " + MISTAKES["nan_grads"],
                                    f"inputs: {inputs}")
                 # float32 gradients go through a few more roundings than the outputs:
                 # judge them at the float16 tolerance.
@@ -185,11 +175,6 @@ def grads_judge(recipe: Recipe):
 
 
 GRAD_TOL = torch.float16
-
-NAN_GRADS = ("the softmax of an all -inf row is NaN in the backward pass too, even when the output is "
-             "patched afterwards, and an added -inf bias passes that NaN on to the scores. Use masked_fill "
-             "(its backward zeroes blocked positions) or keep fully masked rows finite before the softmax.")
-
 
 @rebuildable(names_mistakes=True)
 def cuda_judge(recipe: Recipe):
@@ -275,7 +260,7 @@ def pair_judge(recipe: Recipe, rows, what: str, only: tuple[int, ...] | None = N
     return dg.judged(judge)
 
 
-@rebuildable
+@rebuildable(names_mistakes=True)
 def decoding_judge(recipe: Recipe):
     """KV-cache decoding (``out, k_all, v_all = f(q, k_new, v_new, k_cache, v_cache)``): the
     first call is a full pass over L tokens with an empty cache, then one call per token, then
@@ -286,6 +271,11 @@ def decoding_judge(recipe: Recipe):
         for call, o in zip(calls, outcomes):
             if o.error is not None:
                 return raised(o.error, inputs_of(recipe, call))
+        # the steps are compared with the student's own full pass: a wrong full pass is the news
+        wrong = judge_call(recipe, calls[0], outcomes[0], only=(0,))
+        if wrong is not None:
+            return dg.fail("the full pass (an empty cache, all L tokens at once) already differs from the "
+                           "reference, before any decoding step: " + wrong.message, wrong.detail)
         outs = []
         for call, o in zip(calls, outcomes):
             got, msg = dg.unpack(o.output, recipe.out_names)
@@ -328,8 +318,8 @@ def unchanged(recipe: Recipe, name: str, calls: list[Call]) -> Check:
     return Check(name, calls, unchanged_judge(recipe), kind="property")
 
 
-def gradients(recipe: Recipe, name: str, calls: list[Call]) -> Check:
-    return Check(name, calls, grads_judge(recipe), want_grads=True)
+def gradients(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False) -> Check:
+    return Check(name, calls, grads_judge(recipe), want_grads=True, public=public)
 
 
 def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool = False) -> Check:
@@ -395,26 +385,31 @@ def allocation_judge(recipe: Recipe, message: str):
 # --------------------------------------------------------------------------- reasons read off the NaN
 
 def _tiled_nan(q, k, v, mask, tile, got) -> str | None:
-    """Why ``got`` holds NaN where the reference has none, read off where the NaN sit."""
+    """Why ``got`` holds NaN where the reference has none, read off where the NaN sit.
+
+    A key tile read although its mask is all False brings its NaN keys and values into every
+    row (0 · NaN = NaN); a missing guard brings NaN only into the rows that some visited tile
+    blocks entirely (exp(-inf - (-inf))), and a missing final guard only into the empty rows."""
     bad = torch.isnan(got).any(dim=-1)  # (B, H, Lq)
     if not bool(bad.any()):
         return None
-    if any(bool(torch.isnan(t).any()) for t in (q, k, v)):
-        return MISTAKES["tile_not_skipped"]
+    nan_inputs = any(bool(torch.isnan(t).any()) for t in (q, k, v))
     if mask is None:
-        return None
+        return MISTAKES["tile_not_skipped"] if nan_inputs else None
     full = torch.broadcast_to(mask, (*q.shape[:-1], k.shape[-2]))
     empty = ~full.any(dim=-1)  # (B, H, Lq): rows with no allowed key
-    if not bool((bad & ~empty).any()):
-        return MISTAKES["nan_rows"] + (" Here such a row ends with l = 0 and acc = 0 (divide by 1 there), "
-                                       "and its running max stays -inf, which exp(s - m) must not subtract "
-                                       "(see the guard).")
-    # rows with allowed keys and a visited tile in which all of their keys are blocked
+    # rows with a visited tile in which all of their keys are blocked
     blocked_tile = torch.zeros_like(empty)
     for c in range(0, full.shape[-1], tile):
         part = full[..., c:c + tile]
         if bool(part.any()):
             blocked_tile |= ~part.any(dim=-1)
+    if nan_inputs and bool((bad & ~(empty | blocked_tile)).any()):
+        return MISTAKES["tile_not_skipped"]
+    if not bool((bad & ~empty).any()):
+        return MISTAKES["nan_rows"] + (" Here such a row ends with l = 0 and acc = 0 (divide by 1 there), "
+                                       "and its running max stays -inf, which exp(s - m) must not subtract "
+                                       "(see the guard).")
     return MISTAKES["tile_nan"] if not bool((bad & ~(empty | blocked_tile)).any()) else None
 
 

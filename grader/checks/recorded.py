@@ -161,7 +161,7 @@ def _mistakes(recipe: J.Recipe, call: Call, want: list[torch.Tensor]) -> list[li
     return out
 
 
-def _answer(recipe: J.Recipe, call: Call, mistakes: bool) -> dict[str, Any]:
+def _answer(recipe: J.Recipe, call: Call, mistakes: bool, grads: bool = False) -> dict[str, Any]:
     args, kwargs = J.cpu_args(call)
     want = recipe.expected(call)
     shaped = []
@@ -171,7 +171,9 @@ def _answer(recipe: J.Recipe, call: Call, mistakes: bool) -> dict[str, Any]:
         shaped.append(w.detach().clone().contiguous())
     narrow = J.cpu_args(call, wide=False)
     return {"want": shaped, "dtypes": [out.expected_dtype(call, *narrow) for out in recipe.outs],
-            "mistakes": _mistakes(recipe, call, shaped) if mistakes else [[] for _ in shaped]}
+            "mistakes": _mistakes(recipe, call, shaped) if mistakes else [[] for _ in shaped],
+            # by argument position, as a list: plain data keeps only string keys
+            "grads": [[i, g] for i, g in recipe.expected_grads(call).items()] if grads else None}
 
 
 def _recipe_data(recipe: J.Recipe) -> dict[str, Any]:
@@ -196,8 +198,12 @@ def _judge_data(check: Check, exercise: str, recipes: dict[str, dict]) -> dict[s
             data = recipes.setdefault(x.name, _recipe_data(x))
             for call in check.calls:
                 key = call_key(call)
-                if key not in data["answers"] or (mistakes and not any(data["answers"][key]["mistakes"])):
-                    data["answers"][key] = _answer(x, call, mistakes)
+                known = data["answers"].get(key)
+                had_mistakes = bool(known and any(known["mistakes"]))
+                had_grads = bool(known and known["grads"] is not None)
+                if known is None or (mistakes and not had_mistakes) or (check.want_grads and not had_grads):
+                    data["answers"][key] = _answer(x, call, mistakes or had_mistakes,
+                                                   check.want_grads or had_grads)
             return {"__recipe__": x.name}
         if callable(x):  # a function of one call, e.g. the rows a pair check compares
             return {"__per_call__": {call_key(c): pack(x(c)) for c in check.calls}}
@@ -337,6 +343,13 @@ class RecordedRecipe(J.Recipe):
 
     def expected(self, call: Call) -> list[torch.Tensor]:
         return [t.clone() for t in _lookup(self.table, call, self.name)["want"]]
+
+    def expected_grads(self, call: Call) -> dict[int, torch.Tensor | None]:
+        grads = _lookup(self.table, call, self.name)["grads"]
+        if grads is None:
+            raise NotRecorded(f"{self.name}: the gradients of this case were not recorded at release; "
+                              "run `python -m grader release` and rebuild the template")
+        return {int(i): None if g is None else g.clone() for i, g in grads}
 
     def diagnosis(self, call, args, kwargs, got, index, dtype) -> str | None:
         reason = _properties.NAN_REASONS.get(self.name)

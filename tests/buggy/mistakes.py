@@ -79,6 +79,11 @@ def influence_sum_grad(f, x):
     return torch.stack(rows)
 
 
+def influence_l1(f, x):
+    jac = torch.autograd.functional.jacobian(f, x.detach())  # (L, d_out, L, d)
+    return jac.abs().sum(dim=(1, 3))
+
+
 def influence_flags_input(f, x):
     x.requires_grad_(True)  # the caller's x now requires grad
     jac = torch.autograd.functional.jacobian(f, x)
@@ -144,6 +149,12 @@ def softmax_multiply(scores, mask):
 
 def softmax_nan_rows(scores, mask):
     return torch.softmax(scores.float().masked_fill(~mask, float("-inf")), dim=-1).to(scores.dtype)
+
+
+def softmax_additive_patched(scores, mask):
+    # right in the forward pass; the added -inf sends the empty rows' NaN gradient back to the scores
+    w = torch.softmax(scores.float() + ok.to_additive(mask), dim=-1)
+    return _fix_empty(w, mask).to(scores.dtype)
 
 
 def softmax_uniform_rows(scores, mask):
@@ -273,6 +284,16 @@ def decoder_pads_queries(lengths, max_len):
 def decoder_pads_rows_too(lengths, max_len):
     real = ok.padding_mask(lengths, max_len)
     return ok.decoder_mask(lengths, max_len) & real[:, None, :, None]
+
+
+def decoder_unreshaped(lengths, max_len):
+    # (L, L) & (B, L): raises when B is neither 1 nor L, and is silently wrong when B = L
+    return ok.causal_mask(max_len, device=lengths.device) & ok.padding_mask(lengths, max_len)
+
+
+def decoder_unreshaped_b_not_l(lengths, max_len):
+    """The same mistake, on a batch whose B is neither 1 nor L: the shapes clash."""
+    return decoder_unreshaped(lengths, max_len)
 
 
 def decoder_no_causal(lengths, max_len):
@@ -468,6 +489,7 @@ BUGS: list[Bug] = [
     Bug("influence_matrix", influence_squared, "squared"),
     Bug("influence_matrix", influence_sum_grad, "summing the outputs"),
     Bug("influence_matrix", influence_in_place_grad, ".grad was set"),
+    Bug("influence_matrix", influence_l1, "the L1 norm"),
     Bug("influence_matrix", influence_flags_input, ".requires_grad was changed"),
     Bug("to_additive", additive_zero_times_inf, "zero_times_inf"),
     Bug("to_additive", additive_inverted, "inverted"),
@@ -479,6 +501,7 @@ BUGS: list[Bug] = [
     Bug("masked_softmax", softmax_after, "after_softmax"),
     Bug("masked_softmax", softmax_multiply, "multiply_logits"),
     Bug("masked_softmax", softmax_nan_rows, "nan_rows"),
+    Bug("masked_softmax", softmax_additive_patched, "nan_grads"),
     Bug("masked_softmax", softmax_uniform_rows, "uniform_rows"),
     Bug("masked_softmax", softmax_fill_1e4, "fill_not_negative"),
     Bug("masked_softmax", softmax_fill_1e9_native, "fill_overflow"),
@@ -488,13 +511,13 @@ BUGS: list[Bug] = [
     Bug("attention", attention_scale_1_over_d, "scale_1_over_d"),
     Bug("attention", attention_no_scale, "no_scale"),
     Bug("attention", attention_after_softmax, "after_softmax"),
-    Bug("attention", attention_nan_grads, "NaN or inf"),
+    Bug("attention", attention_nan_grads, "nan_grads"),
     Bug("masked_softmax", softmax_global_max, "global_max"),
     Bug("attention", attention_global_max, "global_max"),
     Bug("attention", attention_default_mask_on_cpu, "default_device"),
     Bug("multi_head_attention", mha_default_mask_on_cpu, "default_device"),
     Bug("multi_head_attention", mha_nan_rows, "nan_rows"),
-    Bug("multi_head_attention", mha_nan_grads, "NaN or inf"),
+    Bug("multi_head_attention", mha_nan_grads, "nan_grads"),
     Bug("multi_head_attention", mha_global_max, "global_max"),
     Bug("kv_cache_attention", cache_global_max, "global_max"),
     Bug("attention", attention_no_mask, "future_leak"),
@@ -508,6 +531,8 @@ BUGS: list[Bug] = [
     Bug("decoder_mask", decoder_pads_queries, "rows_padded_too"),
     Bug("decoder_mask", decoder_pads_rows_too, "rows_padded_too"),
     Bug("decoder_mask", decoder_no_causal, "no_causal"),
+    Bug("decoder_mask", decoder_unreshaped, "unreshaped_padding"),
+    Bug("decoder_mask", decoder_unreshaped_b_not_l, "shapes_clash"),
     Bug("decoder_mask", decoder_no_padding, "no_padding"),
     Bug("encoder_decoder_masks", enc_dec_causal_cross, "cross_causal"),
     Bug("encoder_decoder_masks", enc_dec_causal_encoder, "enc_causal"),
@@ -542,6 +567,7 @@ BUGS: list[Bug] = [
     Bug("left_padding_position_ids", rm.positions_from_1, "positions_from_1"),
     Bug("left_padding_position_ids", rm.positions_hf_fill, "padding_not_zero"),
     Bug("left_padding_position_ids", rm.positions_flat_cumsum, "not_restarted"),
+    Bug("left_padding_position_ids", rm.positions_minus_pads, "pads_subtracted"),
     Bug("packed_labels", rm.labels_not_shifted, "not_shifted"),
     Bug("packed_labels", rm.labels_leak_across_documents, "cross_document"),
     Bug("packed_labels", rm.labels_border_late, "border_late"),
@@ -558,6 +584,7 @@ BUGS: list[Bug] = [
     Bug("alibi_bias", rm.alibi_not_causal, "alibi_not_causal"),
     Bug("alibi_bias", rm.alibi_key_form, "alibi_key_form"),
     Bug("alibi_bias", rm.alibi_reversed, "alibi_reversed"),
+    Bug("alibi_bias", rm.alibi_odd_slopes, "alibi_odd_slopes"),
     Bug("alibi_bias", rm.alibi_finite, "alibi_finite"),
     Bug("image_text_mask", sv.image_one_block, "image_one_block"),
     Bug("image_text_mask", sv.image_padding_reaches_block, "image_padding"),

@@ -20,7 +20,12 @@ def positions_from_1(keep):
 
 
 def positions_hf_fill(keep):
-    return (keep.long().cumsum(dim=-1) - 1).masked_fill(~keep, 1)  # transformers' fill value
+    return (keep.long().cumsum(dim=-1) - 1).masked_fill(~keep, 1)  # 1 at padding, not 0
+
+
+def positions_minus_pads(keep):
+    pads = (~keep).sum(dim=-1, keepdim=True)  # (B, 1): right for left padding only, negative at the pads
+    return torch.arange(keep.shape[1], device=keep.device) - pads
 
 
 def positions_flat_cumsum(keep):
@@ -115,6 +120,12 @@ def alibi_top_left(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
 
 def alibi_naive_slopes(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
     return _alibi(_slopes(n_heads), Lq, Lk, Lk - Lq, device, dtype)  # right only for powers of two
+
+
+def alibi_odd_slopes(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
+    m = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = torch.cat([_slopes(m), _slopes(2 * m)[1::2][: n_heads - m]])  # [1::2]: m's slopes again
+    return _alibi(slopes, Lq, Lk, Lk - Lq, device, dtype)
 
 
 def alibi_positive(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
