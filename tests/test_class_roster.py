@@ -69,7 +69,7 @@ def test_roster_missing_late_and_extended_students_follow_the_policy(tmp_path, f
     assert got == {"u1": ("20", "0", "20", "graded"), "u2": ("20", "4", "16", "graded"),
                    "u3": ("20", "0", "20", "graded"), "u4": ("0", "0", "0", "missing"),
                    "u5": ("20", "5", "15", "graded"), "zed": ("20", "0", "20", "graded")}
-    assert rows["u2"]["days_late"] == "1.5" and rows["u3"]["days_late"] == "0"
+    assert rows["u2"]["days_late"] == "2" and rows["u3"]["days_late"] == "0"  # started days, as the penalty
     assert rows["u3"]["due"].startswith("2026-03-04T12:00")  # the due date with the extension
     assert rows["u4"]["name"] == "Dan" and "no submission" in rows["u4"]["message"]
     assert "not on the roster" in rows["zed"]["message"]
@@ -93,11 +93,14 @@ def test_a_sharded_roster_gives_each_missing_student_one_row(tmp_path, fake):
     assert sorted(seen) == names  # every student once, the four missing ones included
 
 
-@pytest.mark.parametrize(("policy", "days", "off"), [
-    ("none", 3.0, 0.0), ("10/day", 0.01, 10.0), ("10/day", 1.0, 10.0), ("10/day", 1.01, 20.0),
-    ("10/day,cap=25", 9.0, 25.0), ("5%/day, cap=50%", 2.0, 10.0), ("10/day", 0.0, 0.0)])
-def test_the_late_policy_in_one_place(policy, days, off):
-    assert lateness.LatePolicy.parse(policy).penalty(days, 100.0) == off
+@pytest.mark.parametrize(("policy", "seconds", "days", "off"), [
+    ("none", 3 * 86400, 3, 0.0), ("10/day", 1, 1, 10.0), ("10/day", 864, 1, 10.0),
+    ("10/day", 86400, 1, 10.0), ("10/day", 86401, 2, 20.0), ("10/day,cap=25", 9 * 86400, 9, 25.0),
+    ("5%/day, cap=50%", 2 * 86400, 2, 10.0), ("10/day", 0, 0, 0.0), ("10/day", -5, 0, 0.0)])
+def test_the_late_policy_in_one_place(policy, seconds, days, off):
+    late = lateness.days_late(DUE + timedelta(seconds=seconds), DUE)
+    assert late == days  # started days: one second late is one day, in the penalty's unit
+    assert lateness.LatePolicy.parse(policy).penalty(late, 100.0) == off
 
 
 @pytest.mark.parametrize("bad", ["10", "ten/day", "10/day,cap=", "150/day"])
