@@ -413,7 +413,8 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
         return 2
     seed, origin = seed_mod.for_command(args.seed, fallback=last_run_seed(out))
     print(f"seed {seed} ({origin})", file=sys.stderr)
-    extra: list[str] = []
+    # Every student is graded out of the same maximum: a lone notebook is not graded out of its chapter.
+    extra: list[str] = [] if args.exercise else ["--all-exercises"]
     for name in args.exercise:
         extra += ["--exercise", name]
     if args.public_only:

@@ -112,7 +112,7 @@ def rows_for(plan: Plan, graded: Sequence[dict[str, Any]]) -> list[dict[str, Any
             if name is None:
                 if not plan.mine(e.shard_key):
                     continue
-                row = {"student": e.id, "slug": "", "status": "missing", "message": "no submission found",
+                row = {"student": e.id, "slug": "", "status": "missing", "message": rosterfile.wants(e),
                        "total": 0.0, "max": None, "scores": {}, "seconds": 0.0}
             elif name in by_name:
                 row = by_name.pop(name)
