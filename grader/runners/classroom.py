@@ -1,4 +1,4 @@
-"""Class mode: grade a whole class in parallel, and GitHub Classroom outputs.
+"""Class mode: grade a whole class in parallel.
 
 ``python -m grader class SUBMISSIONS_DIR`` treats every sub-folder (or single
 ``.ipynb`` / ``.py`` file) of SUBMISSIONS_DIR as one student and grades them in
