@@ -235,8 +235,8 @@ def autograde(bundle: str | os.PathLike, *, workspace: Path | None = None,
         report = engine.grade(str(_target(workspace)), seed=engine.DEFAULT_SEED, public_only=True,
                               unconfined=True)
     if unconfined:
-        report.notes.append("graded without the sandbox (this runner has no bubblewrap): public checks of "
-                            "your own code, in your own repository's job")
+        report.notes.append("graded without the sandbox (bubblewrap is missing or not allowed on this "
+                            "runner): public checks of your own code, in your own repository's job")
     result = result_of(report, env)
     (workspace / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (workspace / BODY_FILE).write_text(release_body(result, report), encoding="utf-8")
