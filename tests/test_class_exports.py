@@ -132,7 +132,7 @@ def test_moodle_is_an_identifier_and_a_grade_from_the_class_roster(tmp_path, fak
     assert export(out, "--format", "csv")[1:] == [
         ["ann", "ann@uni.edu", "Ann Lee", "7", "7", "graded"],
         ["bob", "bob@uni.edu", "Bob Roe", "5.5", "7", "graded"],
-        ["dee@uni.edu", "dee@uni.edu", "Dee Poe", "0", "", "missing"]]
+        ["dee@uni.edu", "dee@uni.edu", "Dee Poe", "0", "7", "missing"]]
 
 
 def test_moodle_without_a_roster_uses_the_folder_name_and_escapes_it(tmp_path, fake):

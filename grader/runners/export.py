@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,8 +93,10 @@ def moodle(record: dict[str, Any], assignment: str) -> tuple[list[str], list[lis
 
 
 def plain(record: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str]]:
-    rows = [[r["student"], r.get("id", ""), r.get("name", ""), _fmt(r["total"]), _fmt(r.get("max")),
-             r["status"]] for r in record["rows"]]
+    maxes = [r["max"] for r in record["rows"] if r.get("max") is not None]
+    top = statistics.mode(maxes) if maxes else None  # a missing student's maximum is the class's
+    rows = [[r["student"], r.get("id", ""), r.get("name", ""), _fmt(r["total"]),
+             _fmt(r["max"] if r.get("max") is not None else top), r["status"]] for r in record["rows"]]
     return ["student", "id", "name", "score", "max", "status"], rows, []
 
 
