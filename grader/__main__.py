@@ -7,7 +7,9 @@
     python -m grader release [--check]       write exercises/ from solutions/  (grader.runners.release)
     python -m grader gradescope build DIR    the Gradescope bundle     (grader.runners.gradescope)
     python -m grader template DEST           GitHub Classroom's template repository (grader.runners.github)
-    python -m grader gh-outputs RESULTS      GitHub Classroom's outputs  (grader.runners.github)
+    python -m grader gh-outputs RESULTS      the retired GitHub Classroom's outputs  (grader.runners.github)
+    python -m grader classroom50 build OUT   Classroom 50's autograder folder  (grader.runners.classroom50)
+    python -m grader export --format F       a gradebook import file   (grader.runners.export)
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS = ("class", "merge", "repos", "release", "gradescope", "template", "gh-outputs")
+SUBCOMMANDS = ("class", "merge", "repos", "release", "gradescope", "template", "gh-outputs", "classroom50",
+               "export")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .runners.github import template_main as run
     elif name == "gh-outputs":
         from .runners.github import gh_outputs_main as run
+    elif name == "classroom50":
+        from .runners.classroom50 import main as run
+    elif name == "export":
+        from .runners.export import main as run
     else:
         typo = _not_a_subcommand(name)
         if typo:

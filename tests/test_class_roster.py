@@ -69,7 +69,7 @@ def test_roster_missing_late_and_extended_students_follow_the_policy(tmp_path, f
     assert got == {"u1": ("20", "0", "20", "graded"), "u2": ("20", "4", "16", "graded"),
                    "u3": ("20", "0", "20", "graded"), "u4": ("0", "0", "0", "missing"),
                    "u5": ("20", "5", "15", "graded"), "zed": ("20", "0", "20", "graded")}
-    assert rows["u2"]["days_late"] == "1.5" and rows["u3"]["days_late"] == "0"
+    assert rows["u2"]["days_late"] == "2" and rows["u3"]["days_late"] == "0"  # started days, as the penalty
     assert rows["u3"]["due"].startswith("2026-03-04T12:00")  # the due date with the extension
     assert rows["u4"]["name"] == "Dan" and "no submission" in rows["u4"]["message"]
     assert "not on the roster" in rows["zed"]["message"]
@@ -93,11 +93,14 @@ def test_a_sharded_roster_gives_each_missing_student_one_row(tmp_path, fake):
     assert sorted(seen) == names  # every student once, the four missing ones included
 
 
-@pytest.mark.parametrize(("policy", "days", "off"), [
-    ("none", 3.0, 0.0), ("10/day", 0.01, 10.0), ("10/day", 1.0, 10.0), ("10/day", 1.01, 20.0),
-    ("10/day,cap=25", 9.0, 25.0), ("5%/day, cap=50%", 2.0, 10.0), ("10/day", 0.0, 0.0)])
-def test_the_late_policy_in_one_place(policy, days, off):
-    assert lateness.LatePolicy.parse(policy).penalty(days, 100.0) == off
+@pytest.mark.parametrize(("policy", "seconds", "days", "off"), [
+    ("none", 3 * 86400, 3, 0.0), ("10/day", 1, 1, 10.0), ("10/day", 864, 1, 10.0),
+    ("10/day", 86400, 1, 10.0), ("10/day", 86401, 2, 20.0), ("10/day,cap=25", 9 * 86400, 9, 25.0),
+    ("5%/day, cap=50%", 2 * 86400, 2, 10.0), ("10/day", 0, 0, 0.0), ("10/day", -5, 0, 0.0)])
+def test_the_late_policy_in_one_place(policy, seconds, days, off):
+    late = lateness.days_late(DUE + timedelta(seconds=seconds), DUE)
+    assert late == days  # started days: one second late is one day, in the penalty's unit
+    assert lateness.LatePolicy.parse(policy).penalty(late, 100.0) == off
 
 
 @pytest.mark.parametrize("bad", ["10", "ten/day", "10/day,cap=", "150/day"])
@@ -133,22 +136,27 @@ def test_a_roster_of_unknown_shape_is_refused_in_words(tmp_path):
 
 
 class FakeGitHub:
-    """GitHub's API as ``gh api`` returns it, for an organisation of many repositories."""
+    """GitHub's API as ``gh api`` returns it, for an organisation of many repositories and a
+    Classroom 50 team whose members are ``members`` (its ``members_count``: ``count``)."""
 
-    def __init__(self, names, *, accepted=None, total=None, incomplete=False):
-        self.names, self.accepted, self.total, self.incomplete = names, accepted, total, incomplete
+    def __init__(self, names, *, members=None, count=None, total=None, incomplete=False, tags=None):
+        self.names, self.members, self.count, self.total = names, members or [], count, total
+        self.incomplete, self.tags = incomplete, tags or {}
         self.calls = []
 
     def __call__(self, path, params):
         self.calls.append((path, dict(params)))
         page, per = int(params.get("page", 1)), int(params.get("per_page", 30))
-        chunk = self.names[(page - 1) * per: page * per]
         if path.startswith("search/"):
+            chunk = self.names[(page - 1) * per: page * per]
             return {"total_count": len(self.names) if self.total is None else self.total,
                     "incomplete_results": self.incomplete, "items": [{"name": n} for n in chunk]}
-        if path.endswith("/accepted_assignments"):
-            return [{"repository": {"name": n}, "students": [{"login": n}]} for n in chunk]
-        return {"accepted": len(self.names) if self.accepted is None else self.accepted}
+        if path.endswith("/members"):
+            return [{"login": m, "id": i} for i, m in enumerate(self.members[(page - 1) * per: page * per])]
+        if "/git/matching-refs/tags/submit/" in path:
+            repo = path.split("/")[2]
+            return [{"ref": f"refs/tags/{t}", "object": {"sha": "0" * 40}} for t in self.tags.get(repo, [])]
+        return {"members_count": len(self.members) if self.count is None else self.count}
 
 
 def test_the_listing_pages_filters_at_the_source_and_loses_nobody(tmp_path, capsys):
@@ -160,9 +168,37 @@ def test_the_listing_pages_filters_at_the_source_and_loses_nobody(tmp_path, caps
     assert all("org:org masks-" in p["q"] for path, p in api.calls)  # filtered by GitHub, not after
     assert len(api.calls) == 3  # 100 a page
     assert len(rosterfile.read(tmp_path / "r.csv")) == 251
-    api = FakeGitHub(names)
-    repos.main(["list", "org", "masks", "--assignment", "77"], api=api)
-    assert len(capsys.readouterr().out.split()) == 251 and api.calls[0][0] == "assignments/77"
+
+
+def test_a_classroom50_team_is_the_class_every_member_listed(tmp_path, capsys):
+    """Classroom 50: the team classroom50-<classroom> is the class; repositories follow
+    <classroom>-<assignment>-<user>. A member who never accepted is still listed (a roster row,
+    then "missing"), and a repository of someone off the team is not."""
+    members = [f"user{i:03d}" for i in range(230)]
+    api = FakeGitHub(["ml-masks-stranger"], members=members)
+    assert repos.main(["list", "org", "ml-masks", "--team", "classroom50-ml", "--roster",
+                       str(tmp_path / "r.csv")], api=api) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == members and "stranger" not in listed
+    assert [p for p, _ in api.calls] == ["orgs/org/teams/classroom50-ml"] + [
+        "orgs/org/teams/classroom50-ml/members"] * 3  # 100 a page
+    assert [e.keys[0] for e in rosterfile.read(tmp_path / "r.csv")] == members
+
+
+def test_a_team_listing_short_of_the_team_size_fails():
+    with pytest.raises(SystemExit, match="reports 120 members but listed 100"):
+        repos.main(["list", "org", "m", "--team", "classroom50-x"],
+                   api=FakeGitHub([], members=[f"u{i}" for i in range(100)], count=120))
+
+
+def test_the_class_is_graded_at_each_repository_s_latest_submit_tag(capsys):
+    api = FakeGitHub([], tags={"ml-masks-ann": ["submit/20261101T090000Z-aaaaaaa",
+                                                "submit/20261103T170000Z-ccccccc",
+                                                "submit/20261102T120000Z-bbbbbbb"]})
+    assert repos.main(["tag", "org", "ml-masks-ann"], api=api) == 0
+    assert capsys.readouterr().out.strip() == "submit/20261103T170000Z-ccccccc"
+    assert repos.main(["tag", "org", "ml-masks-bob"], api=api) == 1  # nothing handed in: not cloned
+    assert "no submit/* tag" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("fake", "says"), [
@@ -173,12 +209,6 @@ def test_the_listing_pages_filters_at_the_source_and_loses_nobody(tmp_path, caps
 def test_a_listing_that_looks_truncated_fails(fake, says):
     with pytest.raises(SystemExit, match=says):
         repos.main(["list", "org", "m"], api=fake)
-
-
-def test_a_classroom_listing_short_of_the_accepted_count_fails():
-    with pytest.raises(SystemExit, match="reports 120 accepted assignments but listed 100"):
-        repos.main(["list", "org", "m", "--assignment", "5"], api=FakeGitHub([f"m-{i}" for i in range(100)],
-                                                                             accepted=120))
 
 
 def test_shards_that_each_cloned_only_their_own_students_merge_into_the_roster(tmp_path, fake):

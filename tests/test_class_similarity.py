@@ -1,11 +1,17 @@
-"""Similarity flags: a renamed copy and a pasted reference are flagged; independently
-written correct solutions are not; and a flag changes no grade."""
+"""Similarity flags: a renamed copy and a pasted reference are flagged, once per group;
+independently written correct solutions are not, nor short or hint-led code; and a flag
+changes no grade."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from buggy.variants import STUDENTS
+
+from grader.results import PASSED
 from grader.runners import similarity
+from grader.runners.notebook import run_public
 from grader.runners.scores import contract_exercises
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,7 +67,7 @@ def test_a_submission_that_mirrors_the_solutions_is_flagged_against_them():
     the flags say so too, exercise by exercise, against the reference only."""
     found = similarity.flags({"mirror": _functions("tests/submissions/correct.py")}, EXERCISES)
     assert found and all(f.b.startswith("reference: ") for f in found)
-    assert len({f.exercise for f in found}) >= 10
+    assert len({f.exercise for f in found}) >= 8  # those long enough to tell (a one-liner is not compared)
 
 
 def test_names_constants_and_layout_do_not_count_what_is_called_does():
@@ -121,3 +127,91 @@ def test_the_functions_read_for_the_report_are_read_as_the_grader_reads_them(tmp
     reader.join(30)
     assert not reader.is_alive(), "reading the submission's functions hung on a FIFO"
     assert sorted(found) == ["causal_mask"]
+
+
+# --------------------------------------------------------------------------- a class written apart
+
+
+HINT_LED = ("def causal_mask(n, *, device=None):\n    p = torch.arange(n, device=device)\n"
+            "    return p[None, :] <= p[:, None]\n")
+ONE_LINE = ("def causal_mask(n, *, device=None):\n"
+            "    return torch.ones(n, n, dtype=torch.bool, device=device).tril()\n")
+
+
+@pytest.fixture(scope="module")
+def independent_class(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """Twenty-two students, no two sharing a source: the hand-written variants (one file each,
+    read as class mode reads a submission), tests/buggy/correct.py's functions split among five
+    students and native.py's own among three, and two who wrote causal_mask the ways everyone
+    does: as the hints lead (the solutions' way) and as the one line correct.py has too."""
+    folder = tmp_path_factory.mktemp("class")
+    students = {}
+    for who, source in STUDENTS.items():
+        (folder / f"{who}.py").write_text(source)
+        students[who] = similarity.functions_in(folder / f"{who}.py", EXERCISES)
+    correct, native = _functions("tests/buggy/correct.py"), _functions("tests/buggy/native.py")
+    for i in range(5):
+        students[f"c{i}"] = {e: correct[e] for e in EXERCISES[i::5]}
+    for i in range(3):
+        students[f"n{i}"] = {e: native[e] for e in sorted(native)[i::3]}
+    students["h1"], students["h2"] = {"causal_mask": HINT_LED}, {"causal_mask": ONE_LINE}
+    return students
+
+
+def test_the_hand_written_variants_are_correct():
+    """Each variant function passes its exercise's public checks: the class below is correct work."""
+    for who, source in STUDENTS.items():
+        namespace: dict = {}
+        exec(compile(source, f"{who}.py", "exec"), namespace)  # noqa: S102 -- our own test data
+        for name in (n for n in EXERCISES if n in namespace):
+            result = run_public(namespace[name], name)
+            assert result.status == PASSED, (who, name, result.message)
+
+
+def test_a_class_of_twenty_independently_correct_submissions_has_no_flag(independent_class):
+    assert len(independent_class) >= 20
+    assert similarity.flags(independent_class, EXERCISES) == []  # 0 false flags (the guide says so)
+
+
+PLANTED = """
+def kv_cache_attention(query, new_keys, new_values, cached_keys, cached_values):
+    T = cached_keys.size(2)
+    count = new_keys.size(2)
+    all_keys = torch.cat([cached_keys, new_keys], 2)
+    all_values = torch.cat([cached_values, new_values], 2)
+    rows = torch.arange(T, T + count, device=query.device).view(-1, 1)
+    cols = torch.arange(T + count, device=query.device).view(1, -1)
+    s = torch.matmul(query.float(), all_keys.float().transpose(2, 3)).div(math.sqrt(query.size(-1)))
+    s = s.masked_fill(cols > rows, -math.inf)  # no peeking ahead
+    return torch.matmul(s.softmax(-1), all_values.float()).type_as(query), all_keys, all_values
+"""
+
+def test_planted_copies_are_flagged_once_per_pair_and_nothing_else(independent_class):
+    """Into the class: a renamed copy of s12's kv_cache_attention, a verbatim copy of s05's
+    multi_head_attention, the solutions' masked_softmax pasted, and two students each writing
+    the hint-led and the one-line causal_mask alike (too short to tell: not compared)."""
+    solutions = _functions("solutions")
+    students = dict(independent_class)
+    students["p1"] = {"kv_cache_attention": PLANTED, "causal_mask": HINT_LED}
+    students["p2"] = {"multi_head_attention": students["s05"]["multi_head_attention"],
+                      "causal_mask": HINT_LED}
+    students["p3"] = {"masked_softmax": solutions["masked_softmax"], "causal_mask": ONE_LINE}
+    students["p4"] = {"causal_mask": ONE_LINE}
+    found = similarity.grouped(similarity.flags(students, EXERCISES))
+    got = sorted((f.exercise, *sorted([f.a, f.b.split(":")[0]]), *f.others) for f in found)
+    assert got == [("kv_cache_attention", "p1", "s12"), ("masked_softmax", "p3", "reference"),
+                   ("multi_head_attention", "p2", "s05")], found
+
+
+def test_a_group_that_matches_a_reference_is_listed_once():
+    """Two students who both pasted the solutions: per exercise one flag, naming both students
+    and, where it matches, the reference; not a students' group and a reference group."""
+    mirror = _functions("tests/submissions/correct.py")
+    found = similarity.flags({"ann": mirror, "bob": dict(mirror)}, EXERCISES)
+    grouped = similarity.grouped(found)
+    exercises = [f.exercise for f in grouped]
+    assert exercises and len(exercises) == len(set(exercises))
+    assert all({f.a, f.b, *f.others} >= {"ann", "bob"} for f in grouped)
+    to_reference = {f.exercise for f in found if f.b.startswith("reference:")}
+    assert to_reference and all(any(m.startswith("reference:") for m in (f.b, *f.others))
+                                for f in grouped if f.exercise in to_reference)

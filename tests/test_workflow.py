@@ -1,9 +1,8 @@
-"""The GitHub Classroom workflow: valid, pointing at things that exist, and its steps
-run here exactly as written (the same `run:` scripts, in a built template repository)."""
+"""The classroom workflows: valid, pointing at things that exist, and the student template's
+steps run here exactly as written (the same `run:` scripts, in a built template repository)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -63,27 +62,21 @@ def _engine_flags() -> set[str]:
     return set(re.findall(r"--[a-z][a-z-]*", proc.stdout))
 
 
-def test_student_workflow_has_the_shape_github_classroom_reads():
+def test_student_workflow_runs_the_public_checks_on_every_push():
     wf = _load(STUDENT)
-    # The reporter only uploads points for this workflow name and this single job.
-    assert wf["name"] == "Autograding Tests"
-    assert list(wf["jobs"]) == ["run-autograding-tests"]
     assert "push" in wf["on"]
     steps = _steps(wf)
     setup = next(s for s in steps if str(s.get("uses", "")).startswith("actions/setup-python"))
     assert setup["with"]["cache"] == "pip" and setup["with"]["cache-dependency-path"] == "requirements.txt"
     assert setup["with"]["python-version"] == "3.11"
-    reporter = next(s for s in steps if "autograding-grading-reporter" in str(s.get("uses", "")))
     ids = {s["id"]: s for s in steps if "id" in s}
-    for runner in reporter["with"]["runners"].split(","):
-        # The reporter reads <RUNNER ID IN CAPITALS>_RESULTS, the base64 `result` of that step.
-        assert reporter["env"][f"{runner.upper()}_RESULTS"] == f"${{{{ steps.{runner}.outputs.result }}}}"
-        assert "grader gh-outputs" in ids[runner]["run"]
     upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     assert "results.json" in upload["with"]["path"]
     assert any("GITHUB_STEP_SUMMARY" in s.get("run", "") for s in steps)
     grade = ids["grade"]["run"]
     assert "--public-only" in grade and "exercises/" in grade and "GRADER_SEED" not in STUDENT.read_text()
+    # GitHub Classroom, retired on 2026-08-28, recorded what its reporter posted; nothing does now
+    assert "autograding-grading-reporter" not in STUDENT.read_text()
 
 
 @pytest.mark.parametrize("path", [STUDENT, INSTRUCTOR], ids=["student", "instructor"])
@@ -116,10 +109,9 @@ def test_every_run_command_refers_to_things_that_exist(path, tmp_path):
                 raise AssertionError(f"{path.name} runs an unexpected module: {words}")
 
 
-def _run_steps(repo: Path, tmp: Path) -> tuple[dict, str, Path]:
+def _run_steps(repo: Path, tmp: Path) -> tuple[str, Path]:
     """Run the student workflow's `run:` steps (install excepted) in ``repo`` with
-    GitHub's default shell, `bash -e`; returns the decoded result, the job summary,
-    and the results.json."""
+    GitHub's default shell, `bash -e`; returns the job summary and the results.json."""
     gh_output, gh_summary = tmp / "github_output", tmp / "step_summary"
     gh_output.touch()
     gh_summary.touch()
@@ -138,9 +130,7 @@ def _run_steps(repo: Path, tmp: Path) -> tuple[dict, str, Path]:
         proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=repo, env=env, capture_output=True,
                               text=True, timeout=600)
         assert proc.returncode == 0, f"step {step['name']!r} failed:\n{proc.stdout}\n{proc.stderr}"
-    (line,) = [ln for ln in gh_output.read_text().splitlines() if ln.startswith("result=")]
-    payload = json.loads(base64.b64decode(line.removeprefix("result=")))
-    return payload, gh_summary.read_text(), repo / "results.json"
+    return gh_summary.read_text(), repo / "results.json"
 
 
 @pytest.mark.slow
@@ -150,20 +140,19 @@ def test_steps_run_locally_on_a_half_finished_repository(tmp_path):
     done = ("ex01_leakage.ipynb", "ex02_softmax.ipynb", "ex03_padding.ipynb")
     for name in done:
         shutil.copy2(REPO / "solutions" / name, repo / "exercises" / name)
-    payload, summary, results = _run_steps(repo, tmp_path)
+    summary, results = _run_steps(repo, tmp_path)
     data = json.loads(results.read_text())
-    assert payload["max_score"] == data["max_score"] > 0 and payload["status"] == "fail"
-    by_name = {t["name"].split()[0]: t for t in payload["tests"]}
+    by_name = {t["name"].split()[0]: t for t in data["tests"]}
     assert len(by_name) == len(CONTRACT)  # every exercise of the contract, done or not
     finished = {"causal_mask", "influence_matrix", "to_additive", "masked_softmax", "attention",
                 "padding_mask"}
     for name, t in by_name.items():
         if name in finished:
-            assert t["status"] == "pass" and t["score"] > 0, t
+            assert t["score"] == t["max_score"] > 0, t
         else:
-            assert t["status"] == "fail" and t["score"] == 0 and "not implemented" in t["message"].lower(), t
-    points = sum(t["score"] for t in payload["tests"])
-    assert points == data["score"] and 0 < points < payload["max_score"]
+            assert t["score"] == 0 and "not implemented" in t["output"].lower(), t
+    points = sum(t["score"] for t in data["tests"])
+    assert points == data["score"] and 0 < points < data["max_score"]
     assert "causal_mask" in summary and "document_mask" in summary
 
 

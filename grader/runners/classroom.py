@@ -1,4 +1,4 @@
-"""Class mode: grade a whole class in parallel, and GitHub Classroom outputs.
+"""Class mode: grade a whole class in parallel.
 
 ``python -m grader class SUBMISSIONS_DIR`` treats every sub-folder (or single
 ``.ipynb`` / ``.py`` file) of SUBMISSIONS_DIR as one student and grades them in
@@ -413,7 +413,8 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
         return 2
     seed, origin = seed_mod.for_command(args.seed, fallback=last_run_seed(out))
     print(f"seed {seed} ({origin})", file=sys.stderr)
-    extra: list[str] = []
+    # Every student is graded out of the same maximum: a lone notebook is not graded out of its chapter.
+    extra: list[str] = [] if args.exercise else ["--all-exercises"]
     for name in args.exercise:
         extra += ["--exercise", name]
     if args.public_only:

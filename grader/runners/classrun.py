@@ -9,7 +9,6 @@ before, and after them grades.csv, ``class-run.json`` and the class report.
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import lateness, rosterfile, shards
+from . import lateness, rosterfile, shards, sheets
 from .lateness import LatePolicy
 from .scores import _fmt
 
@@ -89,13 +88,16 @@ def _late_fields(plan: Plan, row: dict[str, Any], enrolled: rosterfile.Enrolled 
     own_due = enrolled.due if enrolled else None
     ext = enrolled.extension_days if enrolled else 0.0
     due = lateness.due_for(plan.due, own_due, ext)
-    when = (lateness.parse_time(enrolled.submitted, "the roster's submitted column")
-            if enrolled and enrolled.submitted else lateness.submitted_at(path) if path else None)
-    late = lateness.days_late(when, due) if row["status"] != "missing" else 0.0
+    when = None
+    if enrolled and enrolled.submitted:
+        when = lateness.parse_time(enrolled.submitted, "the roster's submitted column")
+    elif due is not None and path is not None:  # without a due date, when does not matter: no git is run
+        when = lateness.submitted_at(path)
+    late = lateness.days_late(when, due) if row["status"] != "missing" else 0
     top = row.get("max") or 0.0
     penalty = min(plan.policy.penalty(late, top), row["total"])
     row.update(raw=row["total"], penalty=penalty, total=round(row["total"] - penalty, 2),
-               days_late=round(late, 2), submitted=when.isoformat() if when else "",
+               days_late=late, submitted=when.isoformat() if when else "",
                due=due.isoformat() if due else "")
 
 
@@ -110,7 +112,7 @@ def rows_for(plan: Plan, graded: Sequence[dict[str, Any]]) -> list[dict[str, Any
             if name is None:
                 if not plan.mine(e.shard_key):
                     continue
-                row = {"student": e.id, "slug": "", "status": "missing", "message": "no submission found",
+                row = {"student": e.id, "slug": "", "status": "missing", "message": rosterfile.wants(e),
                        "total": 0.0, "max": None, "scores": {}, "seconds": 0.0}
             elif name in by_name:
                 row = by_name.pop(name)
@@ -139,15 +141,15 @@ def write_grades(rows: Sequence[dict[str, Any]], path: Path, exercises: Sequence
     class_max = statistics.mode(maxes) if maxes else None
     who = ["student", "id", "name"] if roster else ["student"]
     score = ["raw", "penalty", "final", "max", "days_late", "submitted", "due"] if late else ["total", "max"]
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow([*who, *exercises, *score, "status", "isolation", "message"])
-        for r in rows:
-            top = _fmt(r["max"] if r.get("max") is not None else class_max)
-            points = ([_fmt(r["raw"]), _fmt(r["penalty"]), _fmt(r["total"]), top, _fmt(r["days_late"]),
-                       r["submitted"], r["due"]] if late else [_fmt(r["total"]), top])
-            w.writerow([*(r.get(k, "") for k in who), *(_fmt(r["scores"].get(e, 0.0)) for e in exercises),
-                        *points, r["status"], r.get("isolation", ""), r["message"]])
+    header = [*who, *exercises, *score, "status", "isolation", "message"]
+    lines = []
+    for r in rows:
+        top = _fmt(r["max"] if r.get("max") is not None else class_max)
+        points = ([_fmt(r["raw"]), _fmt(r["penalty"]), _fmt(r["total"]), top, _fmt(r["days_late"]),
+                   r["submitted"], r["due"]] if late else [_fmt(r["total"]), top])
+        lines.append([*(r.get(k, "") for k in who), *(_fmt(r["scores"].get(e, 0.0)) for e in exercises),
+                      *points, r["status"], r.get("isolation", ""), r["message"]])
+    sheets.write(path, header, lines)  # names and messages are the students': no formula gets through
 
 
 def write_outputs(out: Path, record: dict[str, Any], *, report: bool = True) -> None:

@@ -78,6 +78,9 @@ def build_parser() -> _Parser:
     p.add_argument("--exercise", action="append", metavar="NAME",
                    help="grade only this exercise (repeatable)")
     p.add_argument("--public-only", action="store_true", help="run only the public checks")
+    p.add_argument("--all-exercises", action="store_true",
+                   help="grade every exercise of the course whatever a single file holds (those it lacks: "
+                        "not found, 0 points); class mode passes it, so every student's maximum is the same")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="time limit per exercise (default 10)")
     p.add_argument("--memory", type=int, default=2048, metavar="MIB",
@@ -126,7 +129,8 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     reports = [os.path.abspath(p) for p in (args.json, args.junit, args.markdown) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
-        result = engine.grade(args.submission, seed=seed, exercises=args.exercise or scoped,
+        chosen = args.exercise or (None if args.all_exercises else scoped)
+        result = engine.grade(args.submission, seed=seed, exercises=chosen,
                               public_only=args.public_only, timeout=timeout, memory_mb=args.memory,
                               registry=registry, progress=progress, hide=[*args.hide, *reports],
                               unconfined=args.unconfined)

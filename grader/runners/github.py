@@ -1,8 +1,9 @@
-"""GitHub Classroom: the reporter's ``result`` output and the student template repository.
+"""The student template repository, and the retired GitHub Classroom's reporter output.
 
-``python -m grader gh-outputs results.json`` turns a results.json into the
-base64 ``result`` output that GitHub Classroom's ``autograding-grading-reporter``
-action reads; ``python -m grader template DEST`` builds the student template
+GitHub Classroom was retired on 2026-08-28 (Classroom 50, :mod:`.classroom50`, is its
+successor). ``python -m grader gh-outputs results.json`` still turns a results.json into the
+base64 ``result`` output that its ``autograding-grading-reporter`` action reads, for
+repositories that keep that workflow; ``python -m grader template DEST`` builds the student template
 repository with its workflow (both dispatched from :mod:`grader.runners.classroom`).
 """
 
@@ -170,7 +171,7 @@ def build_template(repo: Path, dest: Path) -> Path:
 
 def template_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader template",
-                                description="Build the GitHub Classroom student template repository.")
+                                description="Build the student template repository.")
     p.add_argument("dest", type=Path)
     p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[2])
     args = p.parse_args(argv)

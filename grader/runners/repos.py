@@ -1,21 +1,29 @@
-"""The students' repositories of one GitHub Classroom assignment, without losing any.
+"""The students' repositories of one assignment, without losing any.
 
 ``gh repo list ORG --limit 4000`` lists the whole organisation and cuts it off at 4000
 without a word; filtering by prefix afterwards loses students silently once the
-organisation holds more. This module asks GitHub for the assignment's repositories
-only, page by page, and fails when the count it got is not the count GitHub reports:
+organisation holds more. This module asks GitHub for the assignment's students only,
+page by page, and fails when the count it got is not the count GitHub reports:
 
-* ``--assignment ID`` (best): GitHub Classroom's REST API,
-  ``/assignments/ID/accepted_assignments``, checked against the assignment's
-  ``accepted`` count; it also names each repository's students;
+* ``--team SLUG`` (best): Classroom 50's class is the members of the team
+  ``classroom50-<classroom>``, and each one's repository is ``<classroom>-<assignment>-<user>``
+  (``PREFIX`` is ``<classroom>-<assignment>``). The members are listed from
+  ``/orgs/ORG/teams/SLUG/members`` and checked against the team's ``members_count``; a member
+  with no repository (never accepted) still gets a roster row, and so a "missing" grade;
 * else the search API, ``org:ORG PREFIX- in:name``, filtered again to names that start
   with ``PREFIX-`` and checked against ``total_count`` and ``incomplete_results``.
-  Search returns at most 1000 results: more is a failure that says to use ``--assignment``.
+  Search returns at most 1000 results: more is a failure that says to use ``--team``.
 
-``python -m grader repos list ORG PREFIX [--assignment ID] [--roster roster.csv]`` prints
+(GitHub Classroom's ``/assignments/ID/accepted_assignments``, which ``--assignment`` read,
+went with GitHub Classroom, retired on 2026-08-28.)
+
+``python -m grader repos list ORG PREFIX [--team SLUG] [--roster roster.csv]`` prints
 one student name (the repository's name without ``PREFIX-``) per line and can write
-them as a roster; ``python -m grader repos shard roster.csv --shard i/N`` prints the
-names of one shard (:mod:`.shards`), so each job of a matrix clones only its own.
+them as a roster; ``python -m grader repos tag ORG REPO`` prints the repository's latest
+``submit/*`` tag (Classroom 50 tags each submission ``submit/<UTC-timestamp>-<short-sha>``,
+so the greatest name is the latest), the one the class is graded at;
+``python -m grader repos shard roster.csv --shard i/N`` prints the names of one shard
+(:mod:`.shards`), so each job of a matrix clones only its own.
 Every call goes through ``gh api`` (the GitHub CLI, authenticated by ``$GH_TOKEN``).
 """
 
@@ -52,22 +60,29 @@ def gh_api(path: str, params: dict[str, str]) -> Any:
     return json.loads(proc.stdout)
 
 
-def by_assignment(api: Api, assignment: str) -> list[str]:
-    """Repository names of an assignment's accepted assignments, checked against ``accepted``."""
-    expected = int(api(f"assignments/{assignment}", {}).get("accepted", -1))
-    names: list[str] = []
+def by_team(api: Api, org: str, team: str, prefix: str) -> list[str]:
+    """Repository names ``PREFIX-<login>`` of the team's members, checked against ``members_count``."""
+    expected = int(api(f"orgs/{org}/teams/{team}", {}).get("members_count", -1))
+    logins: list[str] = []
     page = 1
     while True:
-        batch = api(f"assignments/{assignment}/accepted_assignments", {"per_page": str(PER_PAGE),
-                                                                      "page": str(page)})
-        names += [a["repository"]["name"] for a in batch if a.get("repository")]
+        batch = api(f"orgs/{org}/teams/{team}/members", {"per_page": str(PER_PAGE), "page": str(page)})
+        logins += [m["login"] for m in batch if isinstance(m, dict) and isinstance(m.get("login"), str)]
         if len(batch) < PER_PAGE:
             break
         page += 1
-    if expected >= 0 and len(names) != expected:
-        raise SystemExit(f"GitHub Classroom reports {expected} accepted assignments but listed {len(names)}: "
-                         f"the listing is incomplete; nothing was graded. Run it again.")
-    return names
+    if expected >= 0 and len(logins) != expected:
+        raise SystemExit(f"the team {org}/{team} reports {expected} members but listed {len(logins)}: the "
+                         f"listing is incomplete; nothing was graded. Run it again.")
+    return [f"{prefix}-{login}" for login in logins]
+
+
+def latest_submit_tag(api: Api, org: str, repo: str) -> str | None:
+    """The repository's latest ``submit/*`` tag (the greatest name), or None when it has none."""
+    refs = api(f"repos/{org}/{repo}/git/matching-refs/tags/submit/", {})
+    tags = [r["ref"].removeprefix("refs/tags/") for r in refs if isinstance(r, dict)
+            and isinstance(r.get("ref"), str) and r["ref"].startswith("refs/tags/submit/")]
+    return max(tags) if tags else None
 
 
 def by_search(api: Api, org: str, prefix: str) -> list[str]:
@@ -78,12 +93,11 @@ def by_search(api: Api, org: str, prefix: str) -> list[str]:
         data = api("search/repositories", {"q": query, "per_page": str(PER_PAGE), "page": str(page)})
         if data.get("incomplete_results"):
             raise SystemExit("GitHub's search timed out and returned incomplete results; nothing was graded. "
-                             "Run it again, or list by assignment (--assignment ID).")
+                             "Run it again, or list by team (--team classroom50-CLASSROOM).")
         total = int(data.get("total_count", 0))
         if total > SEARCH_CAP:
             raise SystemExit(f"the search finds {total} repositories, over the {SEARCH_CAP} GitHub's search "
-                             f"returns: list by assignment instead (--assignment ID, GitHub Classroom's "
-                             f"API).")
+                             f"returns: list by team instead (--team classroom50-CLASSROOM).")
         items = data.get("items", [])
         names += [i["name"] for i in items]
         if len(items) < PER_PAGE or len(names) >= total:
@@ -115,8 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="the assignment's students, one per line")
     ls.add_argument("org")
     ls.add_argument("prefix", help="the assignment's repository prefix (repositories are PREFIX-USER)")
-    ls.add_argument("--assignment", help="GitHub Classroom assignment id: list through Classroom's API")
+    ls.add_argument("--team", help="Classroom 50's team (classroom50-CLASSROOM): its members are the class")
     ls.add_argument("--roster", type=Path, help="also write them as a roster CSV (id,name,folder)")
+    tg = sub.add_parser("tag", help="a repository's latest submit/* tag (exit 1 when it has none)")
+    tg.add_argument("org")
+    tg.add_argument("repo")
     sh = sub.add_parser("shard", help="the roster's students in one shard, one per line")
     sh.add_argument("roster", type=Path)
     sh.add_argument("--shard", required=True, metavar="i/N")
@@ -131,7 +148,17 @@ def main(argv: Sequence[str] | None = None, *, api: Api = gh_api) -> int:
             if shard.holds(e.shard_key):
                 print(e.shard_key)
         return 0
-    repos = by_assignment(api, args.assignment) if args.assignment else by_search(api, args.org, args.prefix)
+    if args.action == "tag":
+        tag = latest_submit_tag(api, args.org, args.repo)
+        if tag is None:
+            print(f"{args.org}/{args.repo} has no submit/* tag: nothing was handed in", file=sys.stderr)
+            return 1
+        print(tag)
+        return 0
+    if args.team:
+        repos = by_team(api, args.org, args.team, args.prefix)
+    else:
+        repos = by_search(api, args.org, args.prefix)
     names = student_names(repos, args.prefix)
     if args.roster is not None:
         write_roster(names, args.roster)

@@ -21,6 +21,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+#: A submission that is one file: the roster's ``folder`` may name it with or without its suffix.
+FILE_SUFFIXES = (".ipynb", ".py")
+
 
 @dataclass(frozen=True)
 class Enrolled:
@@ -36,6 +39,14 @@ class Enrolled:
         """What places this student in a shard (:mod:`.shards`), found or not: their folder's name
         when the roster gives one, so a shard that cloned only its own students agrees."""
         return self.keys[0] if self.keys else self.id
+
+
+def wants(e: Enrolled) -> str:
+    """What a roster entry found nothing under, in the roster's words: the "missing" row's message."""
+    if not e.keys:
+        return "no submission found"
+    return (f"no submission found: the roster's {e.keys[0]!r} names no folder or file of the class "
+            f"(a sub-folder's name, or a notebook's or .py file's name, with or without its suffix)")
 
 
 def _norm(text: str) -> str:
@@ -112,7 +123,10 @@ def match(enrolled: list[Enrolled], found: list[str]) -> tuple[dict[str, str], l
     owner: dict[str, str] = {}
     for e in enrolled:
         for k in e.keys:
-            hit = by_key.get(_norm(k)) or by_key.get(_norm(Path(k).name))
+            name = Path(k).name
+            stem = Path(name).stem if name.lower().endswith(FILE_SUFFIXES) else name
+            # class mode names a lone notebook by its stem: the roster may give "s29.ipynb" or "s29"
+            hit = by_key.get(_norm(k)) or by_key.get(_norm(name)) or by_key.get(_norm(stem))
             if hit is not None and hit not in taken:
                 taken[hit], owner[e.id] = e.id, hit
                 break

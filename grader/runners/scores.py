@@ -14,6 +14,9 @@ from typing import Any
 
 from ..results import protected
 
+#: How the engine's feedback begins for an exercise the submission does not define.
+NOT_DEFINED = "not found: the submission defines no function named"
+
 
 def read_results(path: Path) -> dict[str, Any] | None:
     """A results.json as written by the engine, or None when missing or not valid."""
@@ -77,22 +80,30 @@ def isolation(results: dict[str, Any]) -> str:
 
 def summarize(results: dict[str, Any], exercises: Sequence[str], limit: int = 300) -> str:
     """One line: what cost the student points, after the grader's notes on the whole
-    submission (e.g. a file that ran too long at import), which say why better."""
+    submission (e.g. a file that ran too long at import), which say why better. Exercises
+    the submission does not define are named together, all of them, past ``limit``."""
     notes = [ln.strip() for ln in str(results.get("output", "")).splitlines()
              if ln.strip().lower().startswith(("note:", "error:", "warning:"))]
-    lost = []
+    lost, absent = [], []
     for t in results.get("tests", []):
         score, top = float(t.get("score", 0) or 0), t.get("max_score")
         if top is not None and score < float(top):
             first = next((ln.strip() for ln in str(t.get("output", "")).splitlines() if ln.strip()), "")
             ex = exercise_of(str(t.get("name", "")), exercises) or str(t.get("name", "?"))
-            lost.append(f"{ex}: {first}" if first else ex)
-    if not lost:
+            if first.startswith(NOT_DEFINED):
+                absent.append(ex)
+            else:
+                lost.append(f"{ex}: {first}" if first else ex)
+    if not lost and not absent:
         if not results.get("tests") and results.get("output"):
             return str(results["output"]).strip().splitlines()[0][:limit]
         return "full marks"
     line = "; ".join(notes + lost)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    line = line if len(line) <= limit else line[: limit - 1] + "…"
+    if absent:
+        line = "; ".join(filter(None, [f"not found ({len(absent)} of {len(exercises)}): {', '.join(absent)}",
+                                       line]))
+    return line
 
 
 def _fmt(x: float | None) -> str:
