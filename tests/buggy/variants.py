@@ -175,8 +175,7 @@ import torch
 def masked_softmax(scores, mask):
     work = scores.double()
     work[~mask.expand_as(work)] = -math.inf
-    w = work.softmax(dim=-1)
-    w[~mask.expand_as(w).any(-1)] = 0.0
+    w = work.softmax(dim=-1).masked_fill(~mask.expand_as(work).any(-1, keepdim=True), 0.0)
     return w.to(scores.dtype)
 
 

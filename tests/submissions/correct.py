@@ -187,9 +187,11 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens):
     B, H, Lq, d = q.shape
     M, S = block_table.shape[1], k_cache.shape[2]
     blocks = block_table.clamp(min=0)
-    k = k_cache[blocks].permute(0, 2, 1, 3, 4).reshape(B, H, M * S, d)
-    v = v_cache[blocks].permute(0, 2, 1, 3, 4).reshape(B, H, M * S, -1)
     p = torch.arange(M * S, device=q.device)
+    held = (p[None, :] < context_lens[:, None])[:, None, :, None]  # (B, 1, M*S, 1): a token is there
+    # stale slots may hold NaN or inf: select them away before any arithmetic, do not only mask them
+    k = torch.where(held, k_cache[blocks].permute(0, 2, 1, 3, 4).reshape(B, H, M * S, d), 0)
+    v = torch.where(held, v_cache[blocks].permute(0, 2, 1, 3, 4).reshape(B, H, M * S, -1), 0)
     q_pos = context_lens[:, None] - Lq + torch.arange(Lq, device=q.device)  # (B, Lq)
     mask = (p[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, Lq, M*S)
     scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(d)
