@@ -177,8 +177,13 @@ def fill_all():
             continue
         if plain:
             sizes[fd] = fill_descriptor(fd)
-            # and space kept past the file's end, which its size does not show (fallocate's KEEP_SIZE)
-            libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(CAP))
+            # and space kept past the file's end, which its size does not show (fallocate's KEEP_SIZE),
+            # 4 MiB at a time (a request that does not fit whole keeps nothing)
+            end = os.fstat(fd).st_size
+            for offset in range(end, end + CAP, 2**22):
+                if libc.fallocate(fd, 1, ctypes.c_long(offset), ctypes.c_long(2**22)) != 0:
+                    break
+                sizes[fd] += 2**22
     print("FILLED", sizes, flush=True)
     libc.prctl(15, b"grader-filled")  # PR_SET_NAME: the test waits for this name
 def causal_mask(L, device=None):
@@ -238,3 +243,35 @@ def test_a_student_who_fills_what_it_can_write_costs_another_nothing(tmp_path, m
         if zyg is not None:
             zyg.close()
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+SYSCALLS = r'''
+import ctypes, errno, os
+def probe():
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = os.fstat(1).st_blocks
+    # 64 MiB kept past the end of its output file: on ext4, RLIMIT_FSIZE does not stop this
+    kept = libc.fallocate(1, 1, ctypes.c_long(2**30), ctypes.c_long(2**26))  # FALLOC_FL_KEEP_SIZE
+    fallocate = (kept, ctypes.get_errno(), os.fstat(1).st_blocks - before)
+    keyctl = libc.syscall(KEYCTL, 0, -3, 0)  # KEYCTL_GET_KEYRING_ID of its session keyring
+    keyctl = (keyctl, ctypes.get_errno())
+    uring = (libc.syscall(425, 4, ctypes.create_string_buffer(120)), ctypes.get_errno())  # io_uring_setup
+    return {"fallocate": fallocate, "keyctl": keyctl, "io_uring": uring}
+FOUND = probe()
+_ = print("SYSCALLS", FOUND, flush=True)
+'''
+
+
+def test_space_past_a_file_s_end_keyrings_and_io_uring_are_refused(tmp_path):
+    """What namespaces do not cover, the seccomp filter does: fallocate (space a file keeps past
+    RLIMIT_FSIZE, on the disk every grading shares), the keyring calls, io_uring."""
+    import ast
+    import errno
+
+    report = _grade(tmp_path, "calls", SYSCALLS.replace("KEYCTL", str(_key_calls()[1])) + CAUSAL)
+    line = next(x for x in report.output.splitlines() if x.startswith("SYSCALLS"))
+    found = ast.literal_eval(line.split(" ", 1)[1])
+    assert found["fallocate"] == (-1, errno.EOPNOTSUPP, 0), line
+    assert found["keyctl"] == (-1, errno.EPERM), line
+    assert found["io_uring"] == (-1, errno.ENOSYS), line
+    assert report.exercise("causal_mask").status == "passed"
