@@ -389,7 +389,7 @@ def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: lis
             st = states[i]
             checks = [CheckJob(ci, st.checks[ci].calls, bool(st.checks[ci].want_grads)) for ci in st.runnable]
             exercises.append((i, st.exercise.name, checks))
-        return Job(cells=src.cells, exercises=exercises, out_dir="",
+        return Job(cells=src.cells, exercises=exercises,
                    cell_budget=limits.cell_budget, exercise_budget=limits.timeout,
                    memory_bytes=None if limits.memory_mb is None else limits.memory_mb * 2**20,
                    helpers=src.helpers, secrets=secrets)

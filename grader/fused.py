@@ -10,6 +10,15 @@ operators. :func:`blocked` registers, for every such operator the dispatcher
 knows and at every dispatch key it has a kernel for, a kernel that raises the
 rule; and the flex attention higher-order operators raise it when called. Who
 calls, and by what name, no longer matters: the operator runs or it does not.
+``aten::_safe_softmax`` is one of them: softmax that gives a fully masked row zeros
+is the masked-softmax exercise in one call, and FlexAttention's eager
+``math_attention`` (and SDPA's math path) end in it.
+
+Some of PyTorch's attention is Python over plain operators (``bmm``, ``softmax``),
+which no operator-level rule can tell from a student's own code: the quantizable
+``MultiheadAttention`` is one. Each is a subclass of ``torch.nn.MultiheadAttention``,
+so :func:`subclasses_blocked` refuses the class and every class under it, by what it
+is, not by its name: every function each of them defines raises the rule.
 
 Imports torch: the worker and the notebook's ``check`` use it, the parent never.
 """
@@ -24,15 +33,16 @@ import torch
 
 #: Fragments of the names of the operators that are attention (or masked softmax) in one kernel.
 FUSED = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
-         "multi_head_attention", "masked_softmax", "transformer_encoder_layer", "flex_attention")
+         "multi_head_attention", "masked_softmax", "safe_softmax", "transformer_encoder_layer",
+         "flex_attention")
 _KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional",
          "CPU", "CUDA", "Meta", "MPS", "XPU", "HPU", "PrivateUse1", "QuantizedCPU", "QuantizedCUDA",
          "NestedTensorCPU", "NestedTensorCUDA", "NestedTensorMeta", "SparseCPU", "SparseCUDA")
 
 
 def fused_operators() -> list[str]:
-    """``aten::`` operators (with overloads) that compute attention in one kernel; backward ones left out
-    (they run only after a forward one did)."""
+    """``aten::`` operators (with overloads) that compute attention, or a masked softmax, in one kernel;
+    backward ones left out (they run only after a forward one did)."""
     return sorted(name for name in torch._C._dispatch_get_all_op_names()
                   if name.startswith("aten::") and "backward" not in name and any(f in name for f in FUSED))
 
@@ -86,3 +96,41 @@ def blocked(refuse: Callable[[str], BaseException]) -> Iterator[list[str]]:
             else:
                 cls.__call__ = call
         lib._destroy()
+
+
+#: Attributes of a class that are the class machinery, not what its instances compute.
+_MACHINERY = ("__new__", "__init_subclass__", "__subclasshook__", "__class_getitem__")
+
+
+def _all_subclasses(base: type) -> list[type]:
+    found, stack = [], [base]
+    while stack:
+        cls = stack.pop()
+        if cls not in found:
+            found.append(cls)
+            stack += cls.__subclasses__()
+    return found
+
+
+@contextmanager
+def subclasses_blocked(base: type, refuse: Callable[[], BaseException]) -> Iterator[list[type]]:
+    """While the block runs, every function defined by ``base`` or a class under it (its
+    ``__init__``, ``forward``, helpers, class methods) raises ``refuse()``; a class defined later
+    under ``base`` inherits the refusing ``__init__``. Yields the classes; restores them on exit."""
+
+    def refused(*args, **kwargs):
+        raise refuse()
+
+    saved = []
+    classes = _all_subclasses(base)
+    try:
+        for cls in classes:
+            for name, value in list(vars(cls).items()):
+                code = callable(value) or isinstance(value, classmethod | staticmethod)
+                if code and name not in _MACHINERY and not isinstance(value, type):
+                    saved.append((cls, name, value))
+                    setattr(cls, name, refused)
+        yield classes
+    finally:
+        for cls, name, value in reversed(saved):
+            setattr(cls, name, value)

@@ -59,7 +59,9 @@ FORBIDDEN_NAMES = (
 #: What the rule names when a fused attention operator ran, whatever called it (one wording: feedback
 #: on hidden checks shows only the rule's own words).
 FUSED_KERNEL = ("a fused attention kernel of PyTorch (scaled_dot_product_attention or an operator under it, "
-                "flex attention, fused masked softmax)")
+                "flex attention, fused or safe masked softmax)")
+#: What the rule names when PyTorch's own multi-head attention ran, under any of its class names.
+ATTENTION_MODULE = "torch.nn.MultiheadAttention (or a class built on it)"
 #: (module, attribute, name shown to the student) replaced at run time.
 _TORCH_CALLABLES = (
     ("torch.nn.functional", "scaled_dot_product_attention",
@@ -85,7 +87,8 @@ def message(what: str) -> str:
 def is_rule_message(text: str) -> bool:
     """Whether ``text`` is :func:`message` of something forbidden: the grader's words, not a
     submission's that raised an exception of the same name."""
-    shown = {*FORBIDDEN_MODULES, *FORBIDDEN_NAMES, FUSED_KERNEL, *(name for _, _, name in _TORCH_CALLABLES)}
+    shown = {*FORBIDDEN_MODULES, *FORBIDDEN_NAMES, FUSED_KERNEL, ATTENTION_MODULE,
+             *(name for _, _, name in _TORCH_CALLABLES)}
     return any(text == message(what) for what in shown)
 
 
@@ -286,10 +289,15 @@ def _forbidden_class(original, shown: str):
 
 @contextmanager
 def forbid_torch_apis() -> Iterator[None]:
-    """Replace the forbidden torch callables, and block the fused attention operators in the
-    dispatcher (:func:`grader.fused.blocked`), while the block runs (both restored after)."""
+    """Replace the forbidden torch callables, block the fused attention operators in the
+    dispatcher (:func:`grader.fused.blocked`) and every class built on the real
+    ``torch.nn.MultiheadAttention`` (:func:`grader.fused.subclasses_blocked`), while the block
+    runs (all restored after)."""
+    import torch
+
     from . import fused
 
+    real_mha = torch.nn.modules.activation.MultiheadAttention  # before the stand-ins replace it
     saved = []
     for module_name, attr, shown in _TORCH_CALLABLES:
         module = sys.modules.get(module_name)
@@ -300,7 +308,8 @@ def forbid_torch_apis() -> Iterator[None]:
         saved.append((module, attr, original))
         setattr(module, attr, stand_in)
     try:
-        with fused.blocked(lambda name: ForbiddenAPIError(message(FUSED_KERNEL))):
+        with fused.blocked(lambda name: ForbiddenAPIError(message(FUSED_KERNEL))), \
+                fused.subclasses_blocked(real_mha, lambda: ForbiddenAPIError(message(ATTENTION_MODULE))):
             yield
     finally:
         for module, attr, original in reversed(saved):

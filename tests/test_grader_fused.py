@@ -30,6 +30,39 @@ def test_every_route_to_the_fused_kernels_scores_zero_and_names_the_rule():
         assert rules.RULE in e.message, (name, e.message)
 
 
+@pytest.mark.slow
+def test_safe_softmax_flex_math_attention_and_the_quantizable_module_score_zero_with_the_rule():
+    """The routes by other names: ``torch._safe_softmax``, FlexAttention's eager
+    ``math_attention`` (after taking the import refusal off ``sys.meta_path``) and the
+    quantizable ``MultiheadAttention``, each reached by a name built at run time."""
+    names = ["masked_softmax", "attention", "multi_head_attention"]
+    report = engine.grade(SUBMISSIONS / "fused_other_names.py", exercises=names)
+    for name in names:
+        e = report.exercise(name)
+        assert e.score == 0, (name, e.message)
+        assert rules.RULE in e.message, (name, e.message)
+    assert "safe masked softmax" in report.exercise("masked_softmax").message
+    assert rules.ATTENTION_MODULE in report.exercise("multi_head_attention").message
+
+
+def test_safe_softmax_and_every_multihead_attention_class_are_refused_and_given_back():
+    from torch.ao.nn import quantizable
+
+    real = torch.nn.modules.activation.MultiheadAttention
+    x, q = _q(3, 1, 4), _q(2, 3)
+    with rules.forbid_torch_apis():
+        for call in (lambda: torch._safe_softmax(q, -1), lambda: ATEN._safe_softmax(q, -1),
+                     lambda: quantizable.MultiheadAttention(4, 2), lambda: real(4, 2),
+                     lambda: quantizable.MultiheadAttention._forward_impl(None, x, x, x),
+                     lambda: torch.nn.TransformerEncoderLayer(4, 2)):
+            with pytest.raises(rules.ForbiddenAPIError) as e:
+                call()
+            assert rules.is_rule_message(str(e.value)), str(e.value)
+        assert torch.allclose(torch.softmax(q, -1).sum(-1), torch.ones(2))  # a plain softmax runs
+    assert torch.allclose(torch._safe_softmax(q, -1), torch.softmax(q, -1))  # all given back after
+    assert quantizable.MultiheadAttention(4, 2)(x, x, x)[0].shape == (3, 1, 4)
+
+
 def _q(*shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
 

@@ -105,7 +105,7 @@ def test_reading_any_file_as_a_submission_never_crashes(tmp_path_factory, data):
 
 _word = st.sampled_from(["ready", "refused", "cell", "loaded", "start", "check", "done", "bye", "hello", ""])
 _field = st.one_of(st.integers(-5, 12).map(str), st.text("0123456789.,= -", max_size=12),
-                   st.integers(1, 6000).map(lambda n: "9" * n), st.just("1.0 0 40"), st.just("uid=0"),
+                   st.integers(1, 6000).map(lambda n: "9" * n), st.just("0 40"), st.just("uid=0"),
                    st.just("caps=none"), st.just("pid=1"), st.just("net=lo"), st.just("seen=0"))
 _line = st.builds(lambda w, fs: " ".join([w, *fs]), _word, st.lists(_field, max_size=5))
 
@@ -121,8 +121,8 @@ class _Worker:
     """Stands for a worker whose status lines are fed by hand: confined, so that "ready" is read
     as the sandbox's measurements."""
 
-    def __init__(self, out: Path):
-        self.out, self.confined, self.measured = out, True, {}
+    def __init__(self, results: Path):
+        self.results, self.confined, self.measured = results, True, {}
 
     def stop(self) -> None:
         pass
@@ -133,8 +133,8 @@ class _Worker:
        st.lists(st.integers(0, 5), min_size=1, max_size=4))
 def test_status_lines_in_any_order_are_read_or_refused(tmp_path_factory, chunks, pending):
     """Lines from the grammar in any order, and noise: each is handled or is a ChannelError."""
-    drive = supervisor._Drive(_Worker(tmp_path_factory.getbasetemp()), Limits(timeout=1.0), _Handler(),
-                              str, pending, first=True)
+    worker = _Worker(tmp_path_factory.getbasetemp() / "results.bin")
+    drive = supervisor._Drive(worker, Limits(timeout=1.0), _Handler(), str, pending, first=True)
     lines = status.Lines()
     for chunk in chunks:
         for line in lines.feed(chunk + b"\n"):

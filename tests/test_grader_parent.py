@@ -76,7 +76,7 @@ def test_a_chain_of_helpers_deeper_than_python_s_stack_is_read(tmp_path):
 
 @pytest.mark.parametrize("line", [
     "start " + "9" * 5000, "check 0 1 " + "1" * 4400 + ".0 0 10", "cell -1", "start 1 2", "done x",
-    "loaded ../../etc/passwd 0 10", "hello", "check 0 0 1.0 0", "bye " + "9" * 10,
+    "loaded ../../etc/passwd 0 10", "hello", "check 0 0 1.0 0", "check 0 0 1.0 0 10", "bye " + "9" * 10,
 ])
 def test_status_lines_outside_the_grammar_are_refused(line):
     with pytest.raises(ChannelError):
@@ -85,8 +85,8 @@ def test_status_lines_outside_the_grammar_are_refused(line):
 
 def test_status_lines_are_bounded_and_ascii():
     lines = status.Lines()
-    assert lines.feed(b"start 3\ncheck 3 0 12.0 0 40\npartial") == ["start 3", "check 3 0 12.0 0 40"]
-    assert status.parse("check 3 0 12.0 0 40") == ("check", [3, 0, "12.0 0 40"])
+    assert lines.feed(b"start 3\ncheck 3 0 120 40\npartial") == ["start 3", "check 3 0 120 40"]
+    assert status.parse("check 3 0 120 40") == ("check", [3, 0, "120 40"])
     # the lines before a bad one are read; the bad one is refused in its place; nothing after it is read
     *good, bad = status.Lines().feed(b"start 3\n" + b"9" * (status.MAX_LINE + 1))
     assert good == ["start 3"]
@@ -162,21 +162,21 @@ def test_no_status_line_moves_a_deadline_twice_or_past_the_grading_s_end(tmp_pat
     from grader.sandbox.limits import Limits
 
     class Worker:
-        out, confined, measured = tmp_path, False, {}
+        results, confined, measured = tmp_path / "results.bin", False, {}
 
     class Handler:
         def __getattr__(self, name):
             return lambda *args: None
 
     drive = supervisor._Drive(Worker(), Limits(timeout=1.0), Handler(), str, [0, 1], first=False)
-    for line in ("ready unconfined", "cell 0", "loaded 1.0 0 1"):
+    for line in ("ready unconfined", "cell 0", "loaded 0 1"):
         drive.handle(line)
     end = drive.until
     assert end < float("inf")
     for line in ("start 0", "done 0", "start 1"):
         drive.handle(line)
         assert drive.deadline <= end
-    for again in ("start 1", "start 0", "done 0", "cell 0", "loaded 1.0 0 1", "ready unconfined"):
+    for again in ("start 1", "start 0", "done 0", "cell 0", "loaded 0 1", "ready unconfined"):
         with pytest.raises(ChannelError):  # said again, or out of order: the submission's verdict
             drive.handle(again)
     drive.handle("done 1")

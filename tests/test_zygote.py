@@ -63,7 +63,7 @@ def _spawn(z: zygote.Zygote, tmp: Path, cells: list[Cell], monkeypatch=None
            ) -> tuple[zygote.Forked, int, Path]:
     w = supervisor.Worker(tmp, z, confined=True)
     assert w.start() is None, "the zygote refused a grading's request"
-    w.send(Job(cells=cells, exercises=[], out_dir=w.out_dir, cell_budget=20, exercise_budget=20))
+    w.send(Job(cells=cells, exercises=[], cell_budget=20, exercise_budget=20))
     return w.proc, w.status, tmp
 
 
@@ -107,9 +107,9 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     assert set(facts["top"]) <= system | python_roots, facts["top"]
     assert facts["sid_is_pid"], "a session of its own"
     assert facts["no_user_site"]
-    # 0-2 and the status pipe (listdir's own descriptor is gone by the time it is checked): nothing of the
-    # zygote's (its socket, its control pipe, other gradings' connections) leaked in.
-    assert len(facts["fds"]) == 4 and {"0", "1", "2"} <= set(facts["fds"]), facts["fds"]
+    # 0-2, the status pipe and the results file (listdir's own descriptor is gone by the time it is
+    # checked): nothing of the zygote's (its socket, its control pipe, other gradings' connections) leaked in.
+    assert len(facts["fds"]) == 5 and {"0", "1", "2"} <= set(facts["fds"]), facts["fds"]
 
 
 def test_hash_seed_and_signals_match_a_fresh_interpreter(zyg, tmp_path, monkeypatch):
@@ -245,7 +245,7 @@ def test_a_socket_nobody_serves_is_not_waited_on(tmp_path):
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))  # bound, never listening: connect is refused at once
     t0 = time.monotonic()
-    assert zygote.spawn(path, stdout=1, stderr=2, status=2, header={"cwd": str(tmp_path)}) is None
+    assert zygote.spawn(path, stdout=1, stderr=2, status=2, results=2, header={"cwd": str(tmp_path)}) is None
     assert time.monotonic() - t0 < 5
     s.close()
 

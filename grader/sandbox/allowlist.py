@@ -18,9 +18,10 @@ checkout, any other copy of it, results, logs, other students, home folders,
 * a ``/proc`` of the sandbox's own pid namespace (``/proc/sys`` and the like
   read-only), a minimal ``/dev``, an empty read-only ``/tmp`` (the folders above
   that lie in it excepted), an empty ``/run``;
-* :data:`SHARED`: one folder of the grader's, writable, through which the workers
-  hand back their results (each grading sees only its own subfolder, see
-  :mod:`grader.sandbox.namespaces`).
+* :data:`SHARED`: one folder of the grader's, writable, where the zygote serves its
+  socket. Workers see none of it (nor any other writable mount of the sandbox: see
+  :mod:`grader.sandbox.namespaces`); their results come back through a file the
+  grader hands each one as a descriptor.
 
 The sandbox holds the workers' zygote (:mod:`grader.sandbox.zygote`); each
 grading's worker is forked from it into namespaces of its own.

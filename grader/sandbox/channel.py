@@ -8,12 +8,12 @@ no global but ``complex`` (so no code runs while loading) and rebuilds tensors
 itself from validated dtypes, shapes and byte ranges -- the same guarantee as
 ``torch.load(weights_only=True)``, several times faster on small records.
 
-The worker appends its records to a :class:`Log` (``PID.0.bin``, ``PID.1.bin``,
-... in its ``out`` folder, a new file before one would pass
-``MAX_FILE_BYTES``) and announces each complete one as ``PID.N OFFSET LENGTH``
-on its status pipe; one file per worker instead of one per check, because
-creating a file costs about a millisecond on a slow disk and a grading writes
-a hundred records. The parent reads exactly that range (:func:`decode`).
+The worker appends its records to a :class:`Log`: one file per worker, which the
+parent creates and hands over as a descriptor (the worker sees no folder of the
+parent's, so it can create no file there), at most ``MAX_FILE_BYTES`` long (the
+worker's ``RLIMIT_FSIZE``: what one student writes there cannot fill the disk
+for another). It announces each complete record as ``OFFSET LENGTH`` on its
+status pipe, and the parent reads exactly that range (:func:`decode`).
 
 After loading, :func:`plain` re-validates every value: only
 ``type(t) is torch.Tensor`` (strided, on the CPU), numbers, strings, None, and
@@ -160,53 +160,33 @@ def decode(data: bytes) -> Any:
 
 
 class Log:
-    """Worker side: records appended to ``PID.N.bin`` files in ``folder`` (shared by the
-    workers of one grading: each writes its own files)."""
+    """Worker side: records appended to the results file the parent handed over as ``fd``."""
 
-    ANNOUNCEMENT = re.compile(" ".join(f"({part})" for part in RECORD_PARTS))  # PID.N OFFSET LENGTH
+    ANNOUNCEMENT = re.compile(" ".join(f"({part})" for part in RECORD_PARTS))  # OFFSET LENGTH
 
-    def __init__(self, folder: str):
-        self.folder, self.index, self.fd = folder, -1, -1
-        self.name = ""
+    def __init__(self, fd: int):
+        self.fd = fd
 
     @classmethod
-    def parse(cls, where: str) -> tuple[str, int, int]:
-        """Parent side: (file name, offset, length) of an announced record."""
+    def parse(cls, where: str) -> tuple[int, int]:
+        """Parent side: (offset, length) of an announced record."""
         m = cls.ANNOUNCEMENT.fullmatch(where)
         if m is None:
             raise ChannelError("the worker announced a result it did not write")
-        return f"{m[1]}.bin", int(m[2]), int(m[3])
+        return int(m[1]), int(m[2])
 
     def append(self, obj: Any) -> str:
-        """Write one record; ``"PID.N OFFSET LENGTH"`` to announce it by (once it is complete)."""
+        """Write one record; ``"OFFSET LENGTH"`` to announce it by (once it is complete).
+        Raises ValueError past the file's limit, OSError if student code closed the descriptor."""
         data = encode(obj)
-        if message := too_big(len(data)):
-            raise ValueError(message)
-        try:
-            return self._write(data)
-        except OSError:
-            self.fd = -1  # student code closed (or replaced) our descriptor: a new file
-            return self._write(data)
-
-    def _write(self, data: bytes) -> str:
-        if self.fd < 0 or os.lseek(self.fd, 0, os.SEEK_END) + len(data) > MAX_FILE_BYTES:
-            self._next_file()
         offset = os.lseek(self.fd, 0, os.SEEK_END)
+        if offset + len(data) > MAX_FILE_BYTES:
+            whole = f"this grading's results would pass {MAX_FILE_BYTES // 2**20} MiB"
+            raise ValueError(too_big(len(data)) or whole)
         view = memoryview(data)
         while view:
             view = view[os.write(self.fd, view):]
-        return f"{self.name} {offset} {len(data)}"
-
-    def _next_file(self) -> None:
-        if self.fd >= 0:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-        self.index += 1
-        self.name = f"{os.getpid()}.{self.index}"
-        self.fd = os.open(os.path.join(self.folder, f"{self.name}.bin"),
-                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        return f"{offset} {len(data)}"
 
 
 def plain(x: Any, depth: int = 0, budget: list[int] | None = None) -> Any:

@@ -308,7 +308,7 @@ def _mind(conn: socket.socket, req: dict, fds: list[int], others: set[int], wake
         except OSError:
             kill_session(pid)
         alive, told = True, 0
-        watched = [] if req.get("share") else [pid]
+        watched = [] if req.get("confined") else [pid]
         while True:
             ready, _, _ = select.select([conn, wakeups.r] if alive else [wakeups.r], [], [], 0.25)
             wakeups.drain()

@@ -2,20 +2,28 @@
 
 The zygote runs inside bubblewrap (:mod:`grader.sandbox.allowlist`) with torch
 imported; every worker is forked from it. Forked processes would share the
-zygote's ``/tmp``, ``/dev/shm``, SysV memory, abstract sockets and processes, so
-before any student code runs a worker (:func:`isolate`)
+zygote's writable places (its root, ``/dev``, ``/tmp``, ``/dev/shm``), SysV memory,
+abstract sockets, processes and the grader's keyrings, so before any student code
+runs a worker (:func:`isolate`)
 
 1. unshares new user, mount, pid, ipc and network namespaces (the kernel gives it
    every capability in the new user namespace, over those namespaces only);
 2. forks: its child is process 1 of the new pid namespace, and when it ends the
    kernel kills everything left in that namespace, whatever it forked;
-3. mounts empty tmpfs over ``/run`` (where its working folder, home and results
-   folder are: :data:`WORK`, :data:`HOME`, :data:`OUT`, the last its own folder of
-   the zygote's shared one, bound back alone), ``/dev/shm``, and ``/tmp`` unless
-   Python lives there (then /tmp stays the sandbox's, read-only);
-4. drops every capability, for good (bounding set, then capset), with no new
-   privileges: it runs as uid 65534 and cannot undo a mount.
+3. makes every mount it inherited read-only for itself (the sandbox's root and
+   ``/dev`` among them: what one student wrote there the next would find), then
+   mounts one tmpfs of its own, bounded (:data:`TMPFS`: bytes and files), over
+   ``/run``: its working folder and home (:data:`WORK`, :data:`HOME`), and the folders
+   bound over ``/tmp`` (unless Python lives there: /tmp then stays the sandbox's,
+   read-only) and ``/dev/shm``. Its results go to a file the parent hands over as
+   a descriptor: no folder of the grader's is writable to it. ``/proc/keys`` and
+   ``/proc/key-users`` are covered: they list the grader's keys;
+4. joins a session keyring of its own, drops every capability, for good (bounding
+   set, then capset), with no new privileges, and installs the seccomp filter of
+   :mod:`grader.sandbox.syscalls` (no keyring calls, no ``fallocate``, no io_uring):
+   it runs as uid 65534 and cannot undo a mount.
 
+When the worker ends, its namespaces end, and all it wrote with them.
 Its ``/proc`` stays the sandbox's: it lists the zygote and the workers of the
 same class run by pid and command line, but their memory, descriptors and
 environment are another user namespace's, closed to it, and it cannot signal
@@ -32,11 +40,24 @@ import ctypes
 import os
 import signal
 
-#: Where a worker finds its results folder, its working folder and its home.
-OUT, WORK, HOME = "/run/out", "/run/work", "/run/home"
+from . import syscalls
+
+#: Where a worker finds its working folder and its home, and the folders bound over /tmp and /dev/shm.
+WORK, HOME, TMP, SHM = "/run/work", "/run/home", "/run/tmp", "/run/shm"
+#: The worker's one writable tmpfs: all it may write, together (its memory is not counted in RSS).
+TMPFS = "size=256m,nr_inodes=16384,mode=0755"
+#: Mounts left writable: the kernel's own views (the worker's writes there are its own process's).
+KERNEL_FILESYSTEMS = ("proc", "devpts", "mqueue", "sysfs", "cgroup", "cgroup2")
+#: Files of /proc that list every key of the grader's user.
+KEY_LISTS = ("/proc/keys", "/proc/key-users")
 UID = 65534
 _NEWNS, _NEWUSER, _NEWPID, _NEWNET, _NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 1, 2, 4, 32
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+#: Mount options as /proc/self/mountinfo writes them, and their flags: a remount must keep those the
+#: kernel locked when the namespace was made (nosuid, nodev, noexec, the atime ones).
+_OPTION_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": 8, "noatime": 1024,
+                 "nodiratime": 2048, "relatime": 1 << 21, "strictatime": 1 << 24}
 _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 24, 38, 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -66,11 +87,34 @@ def drop_capabilities() -> None:
     _call("no_new_privs", _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 
 
-def isolate(share: str) -> None:
+def _unescape(field: str) -> str:
+    """A path as mountinfo writes it (space, tab, newline and backslash as octal escapes)."""
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def _read_only_inherited() -> None:
+    """Remount read-only every writable mount this namespace inherited (folders only: a device
+    node bound in stays writable, as a device on a read-only mount is)."""
+    with open("/proc/self/mountinfo") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        options = fields[5].split(",")
+        fstype = fields[fields.index("-") + 1]
+        target = _unescape(fields[4])
+        if "rw" not in options or fstype in KERNEL_FILESYSTEMS or not os.path.isdir(target):
+            continue
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+        for option in options:
+            flags |= _OPTION_FLAGS.get(option, 0)
+        _mount(None, target, None, flags)
+
+
+def isolate() -> None:
     """Move this process into namespaces of its own (see the module's docstring), as process 1
-    of a new pid namespace. ``share``: the folder under the zygote's shared folder that
-    becomes :data:`OUT`. Returns in process 1; the process that called it waits for that one
-    and exits as it does. Raises :class:`Refused` before any of it took effect in part."""
+    of a new pid namespace. Returns in process 1; the process that called it waits for that one
+    and exits as it does. Raises an OSError (:class:`Refused`, :class:`grader.sandbox.syscalls.Unsupported`)
+    where the kernel refuses a step: before any student code could run."""
     uid, gid = os.getuid(), os.getgid()
     _call("unshare", _libc.unshare(_NEWUSER | _NEWNS | _NEWPID | _NEWNET | _NEWIPC))
     for name, text in (("setgroups", "deny"), ("uid_map", f"{UID} {uid} 1"), ("gid_map", f"{UID} {gid} 1")):
@@ -82,18 +126,22 @@ def isolate(share: str) -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the minder kills the process above
     os.setsid()  # a session of its own, inside its pid namespace
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    results = os.open(share, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
-    _mount("tmpfs", "/run", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1g,mode=0755")  # the rest of /run: gone
-    for folder in (OUT, WORK, HOME):
-        os.mkdir(folder, 0o700)
-    _mount(f"/proc/self/fd/{results}", OUT, None, _MS_BIND)
-    os.close(results)
+    _read_only_inherited()
+    _mount("tmpfs", "/run", "tmpfs", _MS_NOSUID | _MS_NODEV, TMPFS)  # the rest of /run: gone
+    for folder, mode in ((WORK, 0o700), (HOME, 0o700), (TMP, 0o1777), (SHM, 0o1777)):
+        os.mkdir(folder)
+        os.chmod(folder, mode)  # past the umask
     if not os.listdir("/tmp"):
-        _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=256m,mode=1777")
+        _mount(TMP, "/tmp", None, _MS_BIND)
     if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64m,mode=1777")
+        _mount(SHM, "/dev/shm", None, _MS_BIND)
+    for listing in KEY_LISTS:
+        if os.path.exists(listing):
+            _mount("/dev/null", listing, None, _MS_BIND)
     os.chdir(WORK)
+    syscalls.own_keyring()
     drop_capabilities()
+    syscalls.forbid()
 
 
 def _relay(pid: int) -> None:

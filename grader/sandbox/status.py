@@ -5,7 +5,7 @@ The worker announces each event with one line (see :mod:`grader.sandbox.worker`)
     ready KEY=VALUE ...     refused WHY     cell I     loaded RECORD     start E
     check E C RECORD        done E          bye DROPPED
 
-where a RECORD is ``PID.N OFFSET LENGTH`` (:class:`grader.sandbox.channel.Log`).
+where a RECORD is ``OFFSET LENGTH`` in the worker's results file (:class:`grader.sandbox.channel.Log`).
 Student code can find the pipe and write to it, so :class:`Lines` keeps at most
 :data:`MAX_LINE` bytes of a line that has not ended, and :func:`parse` accepts
 only this grammar, with numbers of at most :data:`MAX_DIGITS` digits: a
@@ -26,8 +26,8 @@ MAX_DIGITS = 9
 UNREADABLE = "sent data the grader cannot read (did it write to the grader's status pipe or files?)"
 
 _N = rf"(\d{{1,{MAX_DIGITS}}})"
-#: A record's announcement, ``PID.N OFFSET LENGTH`` (see :class:`grader.sandbox.channel.Log`).
-RECORD_PARTS = (rf"\d{{1,{MAX_DIGITS}}}\.\d{{1,6}}", r"\d{1,12}", r"\d{1,12}")
+#: A record's announcement, ``OFFSET LENGTH`` (see :class:`grader.sandbox.channel.Log`).
+RECORD_PARTS = (r"\d{1,12}", r"\d{1,12}")
 _RECORD = f"({' '.join(RECORD_PARTS)})"
 _GRAMMAR = {
     "ready": re.compile(r"([ -~]{0,400})"),  # what the worker measured; read by the supervisor, bounded

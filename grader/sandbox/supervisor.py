@@ -59,7 +59,8 @@ class Worker:
         self.measured: dict[str, str] = {}
         self.socket = server if isinstance(server, str) else str(server.socket)
         self.token = os.urandom(8).hex()
-        self.out = Path(self.socket).parent / self.token  # the worker's results, in the zygote's folder
+        # The worker's results: a file of this grading's, handed over as a descriptor (no folder)
+        self.results = tmp / f"results-{self.token}.bin"
         self.work = tmp / f"work-{self.token}"
         self._stdout = open(tmp / "stdout.txt", "ab")  # noqa: SIM115 -- closed in stop()
         self._stderr = open(tmp / "stderr.txt", "ab")  # noqa: SIM115
@@ -73,24 +74,21 @@ class Worker:
         """Fork the worker; None, or why it could not be had."""
         if isinstance(self.server, Server) and not self.server.wait_ready():
             return allowlist.refusal(self.server.failure())
-        os.mkdir(self.out, 0o700)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        results = os.open(self.results, flags, 0o600)
         if self.confined:
             env = worker_env(Path(namespaces.WORK))
             env.update(HOME=namespaces.HOME, PYTHONPATH=allowlist.LIB)
-            header = {"cwd": "/tmp", "env": env, "share": self.token}
+            header = {"cwd": "/tmp", "env": env, "confined": True}
         else:
             self.work.mkdir()
             header = {"cwd": str(self.work), "env": worker_env(self.work)}
         self.proc = zygote.spawn(self.socket, stdout=self._stdout.fileno(), stderr=self._stderr.fileno(),
-                                 status=self._status_w, header=header)
+                                 status=self._status_w, results=results, header=header)
+        os.close(results)
         os.close(self._status_w)
         self._status_w = -1
         return None if self.proc is not None else "the workers' zygote did not answer"
-
-    @property
-    def out_dir(self) -> str:
-        """The results folder as the worker sees it."""
-        return namespaces.OUT if self.confined else str(self.out)
 
     def send(self, job: Any) -> None:
         """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
@@ -146,7 +144,7 @@ class Worker:
                 os.close(fd)
             except OSError:
                 pass
-        shutil.rmtree(self.out, ignore_errors=True)
+        self.results.unlink(missing_ok=True)
         shutil.rmtree(self.work, ignore_errors=True)
 
     def how_it_ended(self) -> str:
@@ -179,8 +177,8 @@ def crash_site_in(text: str) -> str | None:
 
 
 def receive(path: Path, offset: int = 0, length: int | None = None) -> Any:
-    """:func:`grader.sandbox.channel.decode` for ``length`` bytes at ``offset`` of a file in the worker's
-    folder (all of it if no length), which student code controls.
+    """:func:`grader.sandbox.channel.decode` for ``length`` bytes at ``offset`` of a file whose
+    bytes student code wrote (all of it if no length).
 
     Opened without following links or blocking (a symlink to one of our files,
     a FIFO that never answers), and read only if it is a plain file.
@@ -206,12 +204,13 @@ def receive(path: Path, offset: int = 0, length: int | None = None) -> Any:
         os.close(fd)
 
 
-def receive_record(out: Path, where: str) -> Any:
-    """The record a worker announced as ``PID.N OFFSET LENGTH`` (see :class:`grader.sandbox.channel.Log`)."""
+def receive_record(results: Path, where: str) -> Any:
+    """The record a worker announced as ``OFFSET LENGTH`` in its ``results`` file (see
+    :class:`grader.sandbox.channel.Log`)."""
     from . import channel
 
-    name, offset, length = channel.Log.parse(where)
-    return receive(out / name, offset, length)
+    offset, length = channel.Log.parse(where)
+    return receive(results, offset, length)
 
 
 def output_tail(tmp: Path, keep: int = TAIL_CHARS, width: int = 200) -> str:
@@ -271,7 +270,6 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
                 return measured
             job = make_job(left)
             worker.sites = {c.filename.strip("<>") for c in getattr(job, "cells", ())}
-            job.out_dir = worker.out_dir
             worker.send(job)
             state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
             state.drive()
@@ -347,7 +345,7 @@ class _Drive:
             self._exercise_deadline()
             if self.first:
                 try:
-                    self.h.loaded(channel.loaded_from_data(receive_record(self.w.out, args[0])))
+                    self.h.loaded(channel.loaded_from_data(receive_record(self.w.results, args[0])))
                 except channel.ChannelError as e:
                     self.h.loaded(e)
         elif word == "start" and self.current is None and ei in self.pending and ei not in self.started:
@@ -357,7 +355,7 @@ class _Drive:
         elif word == "check" and ei == self.current is not None and (ei, args[1]) not in self.checked:
             self.checked.add((ei, args[1]))
             try:
-                data = receive_record(self.w.out, args[2])
+                data = receive_record(self.w.results, args[2])
                 if type(data) is not list:
                     raise channel.ChannelError("a check's record is not a list")
                 outcomes: Any = [channel.outcome_from_data(d) for d in data]

@@ -11,7 +11,7 @@ reference (``attnmask``) or the checks' judges; it only
    if the sandbox does not hold, it stops there, before any student code,
 3. runs the submission's cells (:func:`grader.submission.run_cells`),
 4. for each exercise, makes every call with :func:`grader.sandbox.execute.execute` and
-   writes the outcomes of each check to its own file (:mod:`grader.sandbox.channel`),
+   appends the outcomes of each check to its results file (:mod:`grader.sandbox.channel`),
    announcing progress with one line per event on the status pipe.
 
 If it dies or hangs, the parent knows from the last status line where it was,
@@ -55,7 +55,6 @@ class CheckJob:
 class Job:
     cells: list[Cell]
     exercises: list[tuple[int, str, list[CheckJob]]]  # (index in the grading run, name, checks)
-    out_dir: str
     cell_budget: float
     exercise_budget: float
     memory_bytes: int | None = None
@@ -212,13 +211,14 @@ def prepare() -> None:
 
 
 def main() -> None:
-    """``python -m grader.sandbox.worker STATUS_FD``: a worker without the sandbox (for tests)."""
+    """``python -m grader.sandbox.worker STATUS_FD RESULTS_FD``: a worker without the sandbox (for tests)."""
     prepare()
-    serve(int(sys.argv[1]), confined=False)
+    serve(int(sys.argv[1]), int(sys.argv[2]), confined=False)
 
 
-def serve(status_fd: int, confined: bool) -> None:
-    """Read the job from stdin, measure the sandbox (when ``confined``), run the job; never returns."""
+def serve(status_fd: int, results_fd: int, confined: bool) -> None:
+    """Read the job from stdin, measure the sandbox (when ``confined``), run the job, its records
+    appended to ``results_fd``; never returns."""
     status = _Status(status_fd)
     job: Job = jobwire.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -250,7 +250,7 @@ def serve(status_fd: int, confined: bool) -> None:
     loaded = run_cells(job.cells, budget=job.cell_budget, on_cell=lambda i: status.send(f"cell {i}"))
     names = [name for _, name, _ in job.exercises]
     found = pick(loaded, names)
-    log = channel.Log(job.out_dir)
+    log = channel.Log(results_fd)
     where = log.append({"found": {n: where for n, (_, where) in found.items()}, "errors": loaded.errors})
     status.send(f"loaded {where}")
     for ei, name, checks in job.exercises:

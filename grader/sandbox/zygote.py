@@ -24,14 +24,15 @@ from .limits import worker_env
 #: grading processes of a class run.
 ZYGOTE_ENV, CONFINED_ENV = "GRADER_ZYGOTE", "GRADER_ZYGOTE_CONFINED"
 
-def spawn(socket_path: str | os.PathLike, *, stdout: int, stderr: int, status: int, header: dict
-          ) -> Forked | None:
+def spawn(socket_path: str | os.PathLike, *, stdout: int, stderr: int, status: int, results: int,
+          header: dict) -> Forked | None:
     """Ask the zygote at ``socket_path`` for a worker; None if it does not answer.
-    ``stdout``, ``stderr``, ``status``: descriptors the worker gets as 1, 2 and its status
-    pipe; ``header``: its folder (``cwd``), environment and, inside the sandbox, ``share``."""
+    ``stdout``, ``stderr``, ``status``, ``results``: descriptors the worker gets as 1, 2, its
+    status pipe and the file it writes its records to; ``header``: its folder (``cwd``),
+    environment and, for a worker in namespaces of its own, ``confined``."""
     stdin_r, stdin_w = os.pipe()
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    proc = request(socket_path, [stdin_r, stdout, stderr, status], {**header, "cpus": cpus})
+    proc = request(socket_path, [stdin_r, stdout, stderr, status, results], {**header, "cpus": cpus})
     os.close(stdin_r)
     if proc is None:
         os.close(stdin_w)
@@ -94,25 +95,23 @@ def for_grading(unconfined: bool = False) -> tuple[Zygote | str | None, bool, st
 
 
 def _become_worker(req: dict, extra: list[int]) -> int:
-    """The zygote's body: be what ``python -m grader.sandbox.worker STATUS`` is, inside
-    namespaces of its own when the zygote is confined (``share`` names its results folder)."""
+    """The zygote's body: be what ``python -m grader.sandbox.worker STATUS RESULTS`` is, inside
+    namespaces of its own when the zygote is confined (``confined``)."""
     from . import worker
 
-    if len(extra) != 1:
-        raise ValueError("a worker needs its status pipe")
-    share = req.get("share")
-    if share is not None:
-        from . import allowlist, namespaces
+    if len(extra) != 2:
+        raise ValueError("a worker needs its status pipe and its results file")
+    confined = req.get("confined") is True
+    if confined:
+        from . import namespaces
 
-        if not isinstance(share, str) or not share.isalnum():
-            raise ValueError("a worker's results folder is one plain name")
         try:
-            namespaces.isolate(f"{allowlist.SHARED}/{share}")
-        except namespaces.Refused as e:  # before any student code: say why, in one bounded line
+            namespaces.isolate()
+        except OSError as e:  # refused by the kernel, before any student code: say why, in one bounded line
             os.write(extra[0], f"refused {str(e)[:200]}\n".encode("ascii", "replace"))
             return 3
-    sys.argv = [worker.__file__, str(extra[0])]  # as `-m grader.sandbox.worker` has it
-    worker.serve(extra[0], confined=share is not None)
+    sys.argv = [worker.__file__, *map(str, extra)]  # as `-m grader.sandbox.worker` has it
+    worker.serve(extra[0], extra[1], confined=confined)
     return 0
 
 
