@@ -287,14 +287,14 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         try:
             zyg = Zygote() if preload and command is engine_command and todo else None
         except allowlist.Unavailable as e:  # no student code runs outside the sandbox
-            raise SystemExit(f"grader: {allowlist.refusal(str(e))}") from None
+            raise SystemExit(f"grader: {allowlist.refusal(e)}") from None
         # The server also builds the class's cases and their references, once for every grading.
         preloaded = (Preloaded(zyg.env(), seed=seed, public_only="--public-only" in extra)
                      if zyg is not None else None)
         if zyg is not None and not zyg.wait_ready():  # both import torch meanwhile
             preloaded.close()
             zyg.close()
-            raise SystemExit(f"grader: {allowlist.refusal(zyg.failure())}")
+            raise SystemExit(f"grader: {allowlist.startup_refusal(zyg.failure())}")
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         if command is engine_command:  # other submissions and every grading's results are off limits
             extra = [*extra, "--hide", str(submissions.resolve()), "--hide", str(out.resolve())]
