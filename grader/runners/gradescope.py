@@ -31,12 +31,15 @@ from pathlib import Path
 
 from .. import seed as seed_mod
 from ..seed import SEED_ENV
+from .checkout import course_root
 from .github import runtime_requirements
 from .processes import log_tail, run_limited, single_thread_env
 from .roster import grading_target
 from .scores import failure_results, read_results
 
 REPO = Path(__file__).resolve().parents[2]
+#: What the bundle copies from the course repository.
+BUNDLED = ("attnmask", "grader", "requirements.txt", "pyproject.toml", "README.md")
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "gradescope"
 SEED_FILE = "grader_seed"
 VISIBILITY_FILE = "grader_visibility"
@@ -248,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "build":
         seed, origin = seed_mod.for_command(args.seed)
-        zip_path = build(args.out_dir, seed=seed, visibility=args.visibility)
+        repo = course_root(BUNDLED, "python -m grader gradescope build")
+        zip_path = build(args.out_dir, seed=seed, visibility=args.visibility, repo=repo)
         print(f"Gradescope bundle: {zip_path} (seed {seed}, {origin}). Upload the zip as the assignment's "
               f"autograder; keep it private -- it holds the seed.")
         return 0
