@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from grader.runners.classroom import grade_class
+from grader.sandbox import bubblewrap
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -101,8 +102,8 @@ def test_a_user_who_is_not_root(tmp_path, borrowing_venv):
     run as root: it reads what root reads, without root's powers)."""
     if os.geteuid() != 0:
         user = []
-    elif shutil.which("bwrap"):
-        user = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--uid", "1000", "--gid", "1000",
+    elif bubblewrap.available():
+        user = [bubblewrap.find(), "--dev-bind", "/", "/", "--unshare-user", "--uid", "1000", "--gid", "1000",
                 "--die-with-parent", "--"]
     else:
         pytest.skip("running as root and no bwrap to become another user with")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import site
 import subprocess
 import sys
@@ -19,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from grader import engine
-from grader.sandbox import zygote
+from grader.sandbox import bubblewrap, zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+pytestmark = pytest.mark.skipif(not bubblewrap.available(), reason="needs bubblewrap")
 
 # Student A leaves a note everywhere a later grading might look; student B reports what it finds.
 LEAVE = r'''

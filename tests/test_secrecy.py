@@ -26,12 +26,13 @@ from pathlib import Path
 import pytest
 
 from grader.runners.classroom import grade_class
+from grader.sandbox import bubblewrap
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
 SEED = 918273645512345678  # long enough that no other number on the machine matches it
 FOUND = ("NOITULOS NIGEB #", "(ksam_lasuac fed", str(SEED)[::-1])  # reversed, as the seeker prints them
-root_only = sandboxed = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+root_only = sandboxed = pytest.mark.skipif(not bubblewrap.available(), reason="needs bubblewrap")
 
 
 def _grade(tmp_path: Path, python: str = sys.executable) -> tuple[dict, str]:

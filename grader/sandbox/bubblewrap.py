@@ -102,6 +102,15 @@ def find() -> str:
     return str(path)
 
 
+def available() -> bool:
+    """Whether :func:`find` finds a bwrap (it may still fail to make namespaces on this kernel)."""
+    try:
+        find()
+    except NotFound:
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=4)
 def version(path: str) -> str:
     """``bwrap --version``'s answer, e.g. "bubblewrap 0.11.0", or "unknown"."""
