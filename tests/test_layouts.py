@@ -77,7 +77,11 @@ def test_torch_on_pythonpath_beside_the_course(tmp_path, borrowing_venv, running
     also names the course itself, as a developer's shell has it: the sandbox shows the former."""
     course = _course(tmp_path / "course")
     python = borrowing_venv(tmp_path / "venv", pth=False)
-    path = os.pathsep.join([str(course), *running_site_packages])
+    targets = []  # named like a `pip install --target` folder, not site-packages
+    for i, folder in enumerate(running_site_packages):
+        targets.append(tmp_path / f"pylib{i}")
+        targets[-1].symlink_to(folder)
+    path = os.pathsep.join(map(str, [course, *targets]))
     _held_100(*_grade(python, course, "solutions/", env={"PYTHONPATH": path}))
 
 

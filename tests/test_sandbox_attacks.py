@@ -160,6 +160,9 @@ def test_without_bubblewrap_no_student_code_runs(tmp_path):
     assert "STUDENT CODE RAN" not in p.stdout + p.stderr + json.dumps(results)
     assert "bubblewrap (bwrap) is not installed" in " ".join(p.stdout.split())
     assert results["score"] == 0
+    # the function is there: "not found" would send the student looking for a typo
+    assert results["extra_data"]["status"] == {"causal_mask": "grader error"}
+    assert results["tests"][0]["output"].startswith("not graded: student code was not run")
 
 
 def test_the_report_says_what_the_worker_measured(tmp_path):

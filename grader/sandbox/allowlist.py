@@ -147,12 +147,25 @@ def site_folders() -> list[str]:
     return sorted({os.path.realpath(p) for p in found})
 
 
+def _installs_packages(folder: str) -> bool:
+    """Whether ``folder`` holds installed distributions (``pip install --target``, a module system's
+    site-packages): a ``*.dist-info`` or ``*.egg-info`` beside no ``grader`` (a course folder of
+    its own, with an editable install's ``.egg-info``, is no package folder)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return "grader" not in names and any(n.endswith((".dist-info", ".egg-info")) for n in names)
+
+
 def python_path() -> list[str]:
-    """The folders of ``PYTHONPATH`` that the sandbox shows (those that hold none of the course)."""
+    """The folders of ``PYTHONPATH`` that the sandbox shows: those that install packages
+    (torch from an HPC module, Nix, ``pip install --target``) and hold none of the course. A
+    developer's ``PYTHONPATH=.`` (a checkout, a student's template) is not one of them."""
     out = []
     for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         real = os.path.realpath(p) if p else ""
-        if real and os.path.isdir(real) and real not in out and not _holds_course(real):
+        if real and real not in out and _installs_packages(real) and not _holds_course(real):
             out.append(real)
     return out
 
