@@ -42,7 +42,7 @@ from .results import (
     ExerciseResult,
     Report,
 )
-from .sandbox import allowlist, namespaces, zygote
+from .sandbox import allowlist, bubblewrap, namespaces, zygote
 from .sandbox.limits import TIME_LIMIT, Limits
 from .verdicts import all_not_implemented, check_result, judge
 
@@ -217,6 +217,7 @@ class _Grading:
 
     def grader_failed(self, reason: str) -> None:
         self.report.error = reason
+        self.report.internal_error = True  # no grade: the CLI exits non-zero, class mode says "not graded"
         for st in self.states:
             if not st.final:
                 st.result.status, st.result.message = GRADER_ERROR, reason
@@ -302,8 +303,10 @@ def grade(
         states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]
         if src is None:
+            # The submission could not be read (not found), or no student code may run here (not graded).
+            status = GRADER_ERROR if report.internal_error else NOT_FOUND
             for st in states:
-                st.result.status, st.result.message = NOT_FOUND, f"not graded: {report.error}"
+                st.result.status, st.result.message = status, f"not graded: {report.error}"
                 st.finish()
             return report
         _note_source_problems(src, report)
@@ -315,7 +318,9 @@ def grade(
             secrets = secret_paths([path, *hide])
             with _one_thread():
                 measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
-            report.isolation = namespaces.isolation(confined, measured)
+            report.isolation = namespaces.isolation(confined, measured, secrets)
+            if confined:
+                report.isolation.update(bubblewrap.describe())
         for st in states:
             grading._emit(st)
         if grading.loaded_ok and not grading.found and src.cells:
@@ -346,12 +351,11 @@ def _one_thread():
 
 def secret_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
     """Paths a worker must not see, which it counts from inside (see
-    :func:`grader.sandbox.namespaces.measure`): the course checkout, the ``grader`` and
-    ``attnmask`` packages, and ``extra`` (the submission, other submissions, report files)."""
-    root = Path(__file__).resolve().parents[1]  # a checkout holds grader/ and attnmask/ side by side
-    installed = root.name in ("site-packages", "dist-packages")
-    checkout = root if (root / "attnmask").is_dir() and not installed else None
-    found = [checkout, allowlist.package_dir("attnmask"), allowlist.package_dir("grader"), *map(Path, extra)]
+    :func:`grader.sandbox.namespaces.measure`): the course's content
+    (:func:`grader.sandbox.allowlist.course_content`: the reference, the solutions, ...), and
+    ``extra`` (the submission, other submissions, report files). Not the course's folder as
+    such: a venv inside it is what the sandbox shows of it, and that is no secret."""
+    found = [*map(Path, allowlist.course_content()), *map(Path, extra)]
     out = []
     for p in found:
         if p is not None and str(p.resolve()) not in out and p.resolve() != Path("/"):

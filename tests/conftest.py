@@ -49,3 +49,47 @@ _TOLERANCES = {
 def tol():
     """``tol(dtype) -> dict(atol=, rtol=)`` for torch.testing.assert_close."""
     return _TOLERANCES.__getitem__
+
+
+
+def _borrowing_venv(dest, *, system_site_packages: bool = False, pth: bool = True):
+    """A new venv at ``dest`` (no pip) that imports what the running environment has installed,
+    wherever that is: a ``.pth`` file in its site-packages names the running interpreter's own
+    (``pth=False``: none; put :func:`_running_site_packages` on ``PYTHONPATH`` instead). Not
+    ``--system-site-packages`` alone, which reaches the base interpreter's site-packages, not a
+    running venv's. Returns the venv's python."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dest = Path(dest)
+    args = [sys.executable, "-m", "venv", "--without-pip", str(dest)]
+    if system_site_packages:
+        args.append("--system-site-packages")
+    subprocess.run(args, check=True, timeout=120)
+    python = dest / "bin" / "python"
+    if pth:
+        code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+        purelib = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True,
+                                 timeout=60).stdout.strip()
+        (Path(purelib) / "_running_env.pth").write_text("\n".join(_running_site_packages()) + "\n")
+    return python
+
+
+def _running_site_packages() -> list[str]:
+    """The running interpreter's site-packages folders (where torch and the rest are installed)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+@pytest.fixture(scope="session")
+def borrowing_venv():
+    """``borrowing_venv(dest, system_site_packages=False, pth=True) -> python`` (:func:`_borrowing_venv`)."""
+    return _borrowing_venv
+
+
+@pytest.fixture(scope="session")
+def running_site_packages() -> list[str]:
+    return _running_site_packages()

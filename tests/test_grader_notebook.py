@@ -96,6 +96,21 @@ def test_borrowing_the_answer_is_named(capsys):
     assert attnmask.causal_mask(2).shape == (2, 2)  # the namespace is restored afterwards
 
 
+def test_an_import_of_the_answer_inside_the_function_is_named(capsys):
+    """In the notebook ``import attnmask`` inside the function works; the grader's scan scores the
+    exercise 0. check() says so instead of reporting a pass."""
+
+    def causal_mask(L, device=None):
+        import attnmask as am
+
+        return am.causal_mask(L, device=device)
+
+    check(causal_mask)
+    out = capsys.readouterr().out
+    assert "attnmask is off limits" in out and "line 2 of causal_mask" in out
+    assert "scores this exercise 0" in out and "The public checks pass here, but not in the grader" in out
+
+
 def test_torch_apis_are_restored_after_a_check(capsys):
     original = F.scaled_dot_product_attention
 

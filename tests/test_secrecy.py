@@ -26,12 +26,13 @@ from pathlib import Path
 import pytest
 
 from grader.runners.classroom import grade_class
+from grader.sandbox import bubblewrap
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"
 SEED = 918273645512345678  # long enough that no other number on the machine matches it
 FOUND = ("NOITULOS NIGEB #", "(ksam_lasuac fed", str(SEED)[::-1])  # reversed, as the seeker prints them
-root_only = sandboxed = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+root_only = sandboxed = pytest.mark.skipif(not bubblewrap.available(), reason="needs bubblewrap")
 
 
 def _grade(tmp_path: Path, python: str = sys.executable) -> tuple[dict, str]:
@@ -80,20 +81,19 @@ def test_outside_any_sandbox_the_seeker_finds_the_seed(tmp_path):
 
 @sandboxed
 @pytest.mark.slow
-def test_a_venv_beside_other_folders_shows_the_sandbox_nothing_of_them(tmp_path):
+def test_a_venv_beside_other_folders_shows_the_sandbox_nothing_of_them(tmp_path, borrowing_venv):
     """The venv lies at X/venv beside X/other, which holds a seed file and a copy of the course:
-    the sandbox binds the venv alone, never the folder around it."""
+    the sandbox binds what the interpreter needs of the venv, never the folder around it."""
     base = Path(tempfile.mkdtemp(prefix="grader-nt-"))
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                        str(base / "venv")], check=True, timeout=120)
+        python = borrowing_venv(base / "venv")
         (base / "other").mkdir()
         (base / "other" / "grader_seed").write_text(f"GRADER_SEED={SEED}\n")
         shutil.copytree(ROOT / "attnmask", base / "other" / "attnmask",
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(ROOT / "solutions", base / "other" / "solutions")
         os.chmod(base, 0o755)
-        results, stdout = _grade(tmp_path, python=str(base / "venv" / "bin" / "python"))
+        results, stdout = _grade(tmp_path, python=str(python))
         seen = _seeker_output(stdout)
         assert not [f for f in FOUND if f in seen], seen[:2000]
         assert results["score"] == 0 and results["extra_data"]["isolation"]["seed_protected"] is True

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from grader.sandbox import allowlist, namespaces, procs, supervisor, zygote
+from grader.sandbox import allowlist, bubblewrap, namespaces, procs, supervisor, zygote
 from grader.sandbox.limits import worker_env
 from grader.sandbox.worker import Job
 from grader.submission import Cell
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_dir()
-                                or __import__("shutil").which("bwrap") is None,
+                                or not bubblewrap.available(),
                                 reason="the zygote forks inside bubblewrap; these checks read /proc")
 
 # Facts about the process the student's code runs in, printed as JSON by the student's cell
@@ -97,7 +97,7 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     facts = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])
     assert facts["modules"] == [], "the reference or the checks are in the worker's memory"
     assert facts["env"] == {**worker_env(Path(namespaces.WORK)), "HOME": namespaces.HOME,
-                            "PYTHONPATH": allowlist.LIB}
+                            "PYTHONPATH": allowlist.sandbox_pythonpath()}
     assert "GRADER_SEED" not in facts["env"] and zygote.ZYGOTE_ENV not in facts["env"]
     assert facts["cwd"] == namespaces.WORK and facts["tempdir"] == namespaces.WORK
     assert facts["uid"] == namespaces.UID and facts["pid"] == 1

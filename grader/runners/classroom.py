@@ -173,11 +173,15 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
         return Row(student.name, student.slug, status, message, seconds=res.seconds)
     results_path.write_text(json.dumps(results, indent=2))
     # A results file with no test entries means the grader refused to grade (e.g. a bad
-    # option): say so instead of passing it off as a zero.
-    status = "graded" if results.get("tests") else "not graded"
-    return Row(student.name, student.slug, status, summarize(results, exercises),
-               total=total_score(results), max=max_score(results), scores=per_exercise(results, exercises),
-               seconds=res.seconds, isolation=isolation(results))
+    # option), and a non-zero exit that it could not grade (no sandbox, or one that did not
+    # hold): say so instead of passing it off as a zero.
+    if results.get("tests") and res.returncode == 0:
+        return Row(student.name, student.slug, "graded", summarize(results, exercises),
+                   total=total_score(results), max=max_score(results),
+                   scores=per_exercise(results, exercises), seconds=res.seconds, isolation=isolation(results))
+    why = str((results.get("extra_data") or {}).get("error") or "") or summarize(results, exercises)
+    return Row(student.name, student.slug, "not graded", why, seconds=res.seconds,
+               isolation=isolation(results))
 
 
 class Manifest:
@@ -197,6 +201,8 @@ class Manifest:
     def unchanged(self, slug: str, key: str, out: Path) -> Row | None:
         entry = self.data["students"].get(slug)
         if not entry or entry.get("key") != key or read_results(out / slug / "results.json") is None:
+            return None
+        if entry.get("row", {}).get("status") == "not graded":  # the grader's failure, not the submission's
             return None
         row = Row(**entry["row"])
         row.skipped = True
@@ -287,14 +293,14 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         try:
             zyg = Zygote() if preload and command is engine_command and todo else None
         except allowlist.Unavailable as e:  # no student code runs outside the sandbox
-            raise SystemExit(f"grader: {allowlist.refusal(str(e))}") from None
+            raise SystemExit(f"grader: {allowlist.refusal(e)}") from None
         # The server also builds the class's cases and their references, once for every grading.
         preloaded = (Preloaded(zyg.env(), seed=seed, public_only="--public-only" in extra)
                      if zyg is not None else None)
         if zyg is not None and not zyg.wait_ready():  # both import torch meanwhile
             preloaded.close()
             zyg.close()
-            raise SystemExit(f"grader: {allowlist.refusal(zyg.failure())}")
+            raise SystemExit(f"grader: {allowlist.startup_refusal(zyg.failure())}")
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         if command is engine_command:  # other submissions and every grading's results are off limits
             extra = [*extra, "--hide", str(submissions.resolve()), "--hide", str(out.resolve())]

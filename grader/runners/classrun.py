@@ -132,6 +132,10 @@ def rows_for(plan: Plan, graded: Sequence[dict[str, Any]]) -> list[dict[str, Any
     return out
 
 
+def _blank(_: Any) -> str:
+    return ""
+
+
 def write_grades(rows: Sequence[dict[str, Any]], path: Path, exercises: Sequence[str], *, late: bool,
                  roster: bool) -> None:
     """grades.csv. Without a roster or a due date: student, one column per exercise, total,
@@ -145,9 +149,11 @@ def write_grades(rows: Sequence[dict[str, Any]], path: Path, exercises: Sequence
     lines = []
     for r in rows:
         top = _fmt(r["max"] if r.get("max") is not None else class_max)
-        points = ([_fmt(r["raw"]), _fmt(r["penalty"]), _fmt(r["total"]), top, _fmt(r["days_late"]),
-                   r["submitted"], r["due"]] if late else [_fmt(r["total"]), top])
-        lines.append([*(r.get(k, "") for k in who), *(_fmt(r["scores"].get(e, 0.0)) for e in exercises),
+        # A row that was not graded has no points at all, rather than a zero nobody earned.
+        got = _fmt if r["status"] != "not graded" else _blank
+        points = ([got(r["raw"]), got(r["penalty"]), got(r["total"]), top, _fmt(r["days_late"]),
+                   r["submitted"], r["due"]] if late else [got(r["total"]), top])
+        lines.append([*(r.get(k, "") for k in who), *(got(r["scores"].get(e, 0.0)) for e in exercises),
                       *points, r["status"], r.get("isolation", ""), r["message"]])
     sheets.write(path, header, lines)  # names and messages are the students': no formula gets through
 

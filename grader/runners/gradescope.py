@@ -31,12 +31,15 @@ from pathlib import Path
 
 from .. import seed as seed_mod
 from ..seed import SEED_ENV
+from .checkout import HERE, course_root
 from .github import runtime_requirements
 from .processes import log_tail, run_limited, single_thread_env
 from .roster import grading_target
 from .scores import failure_results, read_results
 
 REPO = Path(__file__).resolve().parents[2]
+#: What the bundle copies from the course repository, besides the packages.
+BUNDLED = ("requirements.txt", "pyproject.toml", "README.md")
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "gradescope"
 SEED_FILE = "grader_seed"
 VISIBILITY_FILE = "grader_visibility"
@@ -48,11 +51,14 @@ DEFAULT_TIMEOUT = 540.0
 _EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 
 
-def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path = REPO) -> Path:
+def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path = REPO,
+          packages: Path = REPO) -> Path:
     """Write the bundle folder and its zip into ``out_dir``; returns the zip's path.
 
     ``visibility`` is when students see each exercise's score and feedback (Gradescope's
-    per-test setting, e.g. ``after_due_date``); the default shows them at once.
+    per-test setting, e.g. ``after_due_date``); the default shows them at once. ``repo``: the
+    course repository (:data:`BUNDLED` comes from it); ``packages``: the folder that holds
+    the ``attnmask`` and ``grader`` to bundle (this grader's: a checkout, or an installed wheel's).
     """
     if visibility not in VISIBILITIES:
         raise SystemExit(f"visibility must be one of {', '.join(VISIBILITIES)}; got {visibility!r}.")
@@ -62,9 +68,10 @@ def build(out_dir: Path, *, seed: int, visibility: str = "visible", repo: Path =
     bundle.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
     for pkg in ("attnmask", "grader"):
-        if not (repo / pkg / "__init__.py").is_file():
-            raise SystemExit(f"{repo / pkg} is not a package; expected the course repository at {repo}.")
-        shutil.copytree(repo / pkg, bundle / pkg, ignore=ignore)
+        if not (packages / pkg / "__init__.py").is_file():
+            raise SystemExit(f"{packages / pkg} is not a package; expected the course's packages in "
+                             f"{packages}.")
+        shutil.copytree(packages / pkg, bundle / pkg, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(repo / name, bundle / name)
     # Gradescope installs the bundle itself (setup.sh), not the repository in editable mode.
@@ -248,7 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "build":
         seed, origin = seed_mod.for_command(args.seed)
-        zip_path = build(args.out_dir, seed=seed, visibility=args.visibility)
+        repo = course_root(BUNDLED, "python -m grader gradescope build")
+        zip_path = build(args.out_dir, seed=seed, visibility=args.visibility, repo=repo, packages=HERE)
         print(f"Gradescope bundle: {zip_path} (seed {seed}, {origin}). Upload the zip as the assignment's "
               f"autograder; keep it private -- it holds the seed.")
         return 0

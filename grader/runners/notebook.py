@@ -39,6 +39,9 @@ def public_checks(name: str) -> list:
     return _CHECKS[name]
 
 
+_SCORED_0 = "the grader finds it and scores this exercise 0"
+
+
 def run_public(fn: Callable, name: str | None = None, *, timeout: float | None = None,
                memory_mb: int | None = MEMORY_MB) -> ExerciseResult:
     """Grade ``fn`` on the public checks of exercise ``name`` (default ``fn.__name__``).
@@ -88,6 +91,8 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     result = state.finish()
     said = {c.message for c in result.checks}
     result.notes.extend(rules.message(what) for what in forbidden if rules.message(what) not in said)
+    for finding in rules.in_body(fn)[:1]:  # imported inside the function: it runs here, not in the grader
+        result.notes.append(f"{finding.text}: {_SCORED_0}, although it runs here")
     if not limited:
         result.notes.append("no time limit here: check() stops slow code only when called from the "
                             "notebook's main thread on Linux or macOS; the grader's limit is "
@@ -175,7 +180,9 @@ def text(result: ExerciseResult) -> str:
     lines = [f"{name}: {passed} of {len(counted)} public checks pass."]
     lines += checks_lines(result)
     lines += [f"note: {n}" for n in result.notes]
-    if result.status == PASSED:
+    if result.status == PASSED and any(_SCORED_0 in n for n in result.notes):
+        lines.append("The public checks pass here, but not in the grader: remove what the note names.")
+    elif result.status == PASSED:
         lines.append(f"The public checks pass. The full grader ({FULL_GRADER}) runs hidden cases as well.")
     else:
         lines.append("Fix the first failing check, then run this cell again.")

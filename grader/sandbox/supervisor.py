@@ -69,16 +69,17 @@ class Worker:
         self._lines = status.Lines()
         self._eof = False
         self.sites: set[str] = set()  # the submission's own file names: a crash is placed in one of them
+        self.secrets: list[str] = []  # the paths its job asks it to count (a path it sees is named)
 
     def start(self) -> str | None:
         """Fork the worker; None, or why it could not be had."""
         if isinstance(self.server, Server) and not self.server.wait_ready():
-            return allowlist.refusal(self.server.failure())
+            return allowlist.startup_refusal(self.server.failure())
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         results = os.open(self.results, flags, 0o600)
         if self.confined:
             env = worker_env(Path(namespaces.WORK))
-            env.update(HOME=namespaces.HOME, PYTHONPATH=allowlist.LIB)
+            env.update(HOME=namespaces.HOME, PYTHONPATH=allowlist.sandbox_pythonpath())
             header = {"cwd": "/tmp", "env": env, "confined": True}
         else:
             self.work.mkdir()
@@ -270,6 +271,7 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
                 return measured
             job = make_job(left)
             worker.sites = {c.filename.strip("<>") for c in getattr(job, "cells", ())}
+            worker.secrets = list(getattr(job, "secrets", ()))
             worker.send(job)
             state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
             state.drive()
@@ -327,11 +329,12 @@ class _Drive:
             if self.w.confined:
                 pairs = [r.split("=", 1) for r in rest[:8] if "=" in r and len(r) <= 40]
                 self.w.measured = {k: v for k, v in pairs}
-                broken = namespaces.holds(self.w.measured)
+                broken = namespaces.holds(self.w.measured, getattr(self.w, "secrets", None))
                 if broken is not None:
                     self.w.stop()
                     self.fatal = True
-                    self.h.grader_failed(f"the sandbox did not hold ({broken}); no student code was run")
+                    self.h.grader_failed(f"the sandbox did not hold ({broken}); no student code was run. "
+                                         f"Fix: {allowlist.LAYOUT_HINT}")
                     self.phase = "bye"
                     return
             self.phase = "loading"

@@ -52,7 +52,7 @@ class Zygote(Server):
         flags = ("-s", "-P") if sys.version_info >= (3, 11) else ("-s",)
         if confined:
             env = worker_env(Path("/tmp"))
-            env["PYTHONPATH"] = allowlist.LIB
+            env["PYTHONPATH"] = allowlist.sandbox_pythonpath()
             folder = Path(tempfile.mkdtemp(prefix="grader-zygote-"))
             try:
                 prefix = tuple(allowlist.command(folder))
@@ -91,7 +91,7 @@ def for_grading(unconfined: bool = False) -> tuple[Zygote | str | None, bool, st
     try:
         return Zygote(), True, None
     except allowlist.Unavailable as e:
-        return None, True, allowlist.refusal(str(e))
+        return None, True, allowlist.refusal(e)
 
 
 def _become_worker(req: dict, extra: list[int]) -> int:
