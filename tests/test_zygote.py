@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import time
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,25 @@ def test_cuda_checks_run_in_a_forked_worker(zyg, monkeypatch):  # pragma: no cov
         cuda = [c for c in e.checks if "CUDA" in c.name]
         assert cuda and all(c.passed and not c.skipped for c in cuda), (e.name, [c.message for c in cuda])
         assert e.status == "passed"
+
+
+def test_a_long_temporary_folder_still_gives_a_reachable_socket(tmp_path, monkeypatch):
+    """A Unix socket's address holds about 108 bytes: under a deep TMPDIR (pytest-xdist's own
+    folders come close) the zygote's socket moves to /tmp rather than become unreachable."""
+    from grader.sandbox import forkserver
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    folder = forkserver.socket_folder("grader-zygote-")
+    try:
+        assert len(os.fsencode(folder / "server.sock")) <= forkserver.SOCKET_PATH_MAX
+        assert folder.parent == Path("/tmp") and oct(folder.stat().st_mode & 0o777) == "0o700"
+    finally:
+        folder.rmdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path.parent))  # short enough: it stays there
+    near = forkserver.socket_folder("grader-zygote-")
+    try:
+        assert near.parent == tmp_path.parent
+    finally:
+        near.rmdir()

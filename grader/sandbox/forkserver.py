@@ -132,6 +132,20 @@ class Forked:
         return self.returncode
 
 
+#: A Unix socket's path must fit in ``sun_path``: 108 bytes on Linux, 104 on macOS, with its NUL.
+SOCKET_PATH_MAX = 100
+
+
+def socket_folder(prefix: str) -> Path:
+    """A new folder (0700) for a server's socket: in the temporary folder where the socket's path
+    fits a Unix socket's address, else in ``/tmp`` (a long ``TMPDIR`` would make it unreachable)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    if len(os.fsencode(folder / "server.sock")) <= SOCKET_PATH_MAX:
+        return folder
+    folder.rmdir()
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
 def request(path: str | os.PathLike, fds: list[int], header: dict) -> Forked | None:
     """Ask the server at ``path`` for a child with ``fds`` as its stdin, stdout, stderr
     (and further descriptors); None if it does not answer. The caller keeps its copies
@@ -168,7 +182,7 @@ class Server:
     def __init__(self, module: str, env: dict[str, str], *, flags: tuple[str, ...] = (),
                  cwd: Path | None = None, prefix: tuple[str, ...] = (), inside: str | None = None,
                  args: tuple[str, ...] = (), folder: Path | None = None) -> None:
-        self.dir = folder or Path(tempfile.mkdtemp(prefix="grader-forkserver-"))
+        self.dir = folder or socket_folder("grader-forkserver-")
         self.socket = self.dir / "server.sock"
         self.errors = open(self.dir / "stderr.txt", "w+b")  # noqa: SIM115 -- closed in close()
         argv = [*prefix, sys.executable, *flags, "-m", module,

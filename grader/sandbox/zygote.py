@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .forkserver import Forked, Server, request, serve
+from .forkserver import Forked, Server, request, serve, socket_folder
 from .limits import worker_env
 
 #: Environment variables naming the zygote's socket, and whether it is confined, for the
@@ -53,7 +53,7 @@ class Zygote(Server):
         if confined:
             env = worker_env(Path("/tmp"))
             env["PYTHONPATH"] = allowlist.sandbox_pythonpath()
-            folder = Path(tempfile.mkdtemp(prefix="grader-zygote-"))
+            folder = socket_folder("grader-zygote-")
             try:
                 prefix = tuple(allowlist.command(folder))
             except allowlist.Unavailable:
