@@ -9,8 +9,8 @@ import os
 import signal
 import socket
 import sys
-import time
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
