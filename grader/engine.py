@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import rules, submission
+from . import hidden, rules, submission
 from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
 from .results import (
     CRASHED,
@@ -164,6 +164,10 @@ class _Grading:
         self.loaded_ok = True
         found = {k: v for k, v in data["found"].items() if isinstance(k, str)}
         errors = [e for e in data.get("errors", []) if isinstance(e, str)]
+        if not self.report.public_only:  # code that loads can reach the hidden job: its words stay out
+            places, budget = self.src.statement_places(), self.limits.cell_budget
+            notes = (hidden.load_note(e, places, budget) for e in errors)
+            errors = list(dict.fromkeys(n for n in notes if n))
         self.report.notes.extend(f"skipped: {e}" for e in errors)
         self.found = set()
         for st in self.states:
@@ -188,7 +192,7 @@ class _Grading:
             if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
                 st.timed_out = ci
         st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout,
-                                public_errors=st.public_errors)
+                                public_errors=st.public_errors, hidden_run=not self.report.public_only)
 
     def exercise_done(self, ei: int) -> None:
         if 0 <= ei < len(self.states):
@@ -199,6 +203,7 @@ class _Grading:
             return
         st = self.states[ei]
         st.result.status = TIMED_OUT if "did not finish" in reason else CRASHED
+        reason = reason if self.report.public_only else hidden.stopped(reason)
         st.result.message = reason
         st.fail_rest(reason, "not run: the check before it stopped the grading process")
         self._emit(st)
@@ -206,6 +211,7 @@ class _Grading:
     def load_failed(self, reason: str) -> None:
         if self.found is None:
             self.found = set()
+        reason = reason if self.report.public_only else hidden.stopped(reason)
         for st in self.states:
             if st.final:
                 continue

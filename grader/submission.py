@@ -102,6 +102,12 @@ class Source:
         """Parsed cells (those that parse), in order: parsed once, when read; do not change them."""
         return list(self.parsed)
 
+    def statement_places(self) -> set[str]:
+        """Where each top-level statement the worker runs is, as its load errors name it
+        ("line 3 of cell 4 of x.ipynb", "line 40 of x.py"): read here, from the source."""
+        return {f"line {stmt.lineno + cell.line_offset} of {cell.filename.strip('<>')}"
+                for cell, tree in self.parsed for stmt in kept_statements(tree)}
+
 
 # --------------------------------------------------------------------------- reading
 
