@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import hidden, rules, submission
+from . import hidden, rules, safetext, submission
 from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
 from .results import (
     CRASHED,
@@ -333,6 +333,9 @@ def grade(
         if isinstance(server, zygote.Zygote):
             server.close()
         shutil.rmtree(tmp, ignore_errors=True)
+        # Every string of the report may hold the submission's bytes (a lone surrogate, an escape):
+        # cleaned once here, for every writer after (results.json, the terminal, grades.csv).
+        vars(report).update(vars(safetext.clean(report)))
         report.execution_time = time.perf_counter() - t0
 
 
