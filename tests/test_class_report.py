@@ -70,9 +70,9 @@ def test_each_mistake_is_counted_once_per_student_who_made_it(graded):
     got = {(e, m): c for e, s in stats.items() for m, c in s.mistakes.items()}
     assert got == _expected()  # top_left: 4 of 7 students; nothing else is named
     assert sorted(stats) == sorted(EXERCISES) and all(len(s.shares) == len(CLASS) for s in stats.values())
-    # one anonymised example grid per mask mistake, and no student's name in it
-    grid = stats["causal_mask"].example["diagonal_excluded"]
-    assert "expected" in grid and "✗" in grid and not re.search(r"\bs\d\b", grid)
+    # No example grid: graded with the instructor's seed, results.json shows students no case,
+    # public or hidden (tests/test_hidden_channel.py), so there is none to copy.
+    assert not any(s.example for s in stats.values())
     md = (graded / "class-report.md").read_text()
     assert "| kv_cache_attention | top_left | 4 | 57% |" in md
     assert "| causal_mask | diagonal_excluded | 2 | 29% |" in md
