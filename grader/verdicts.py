@@ -2,7 +2,9 @@
 
 Shared by the engine and the notebook's ``check``: rule breaks and time limits are
 named here, before the check's judge sees them, so every check words them the same
-way, and on a hidden check the student's own error text is cut.
+way. On a hidden check, and on every check of a grading with the instructor's seed,
+the verdict keeps the grader's own words only, with every value masked
+(:mod:`grader.hidden`): nothing the submission wrote, no case.
 """
 
 from __future__ import annotations
