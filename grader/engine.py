@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import rules, submission
+from . import hidden, rules, safetext, submission
 from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
 from .results import (
     CRASHED,
@@ -149,6 +149,10 @@ class _Grading:
         self.progress = progress
         self.found: set[int] | None = None
         self.loaded_ok = False  # the submission's cells ran to the end
+        # Hidden cases drawn from a seed of the instructor's: nothing the submission says or does may
+        # carry them out (grader.hidden). The default seed's cases are no secret: anyone with the
+        # course can draw them, and a student grading their own work sees everything.
+        self.secret = not report.public_only and report.seed != DEFAULT_SEED
 
     def _emit(self, st: _Exercise) -> None:
         if not st.final:
@@ -164,6 +168,10 @@ class _Grading:
         self.loaded_ok = True
         found = {k: v for k, v in data["found"].items() if isinstance(k, str)}
         errors = [e for e in data.get("errors", []) if isinstance(e, str)]
+        if self.secret:  # code that loads can reach the hidden job: its words stay out
+            places, budget = self.src.statement_places(), self.limits.cell_budget
+            notes = (hidden.load_note(e, places, budget) for e in errors)
+            errors = list(dict.fromkeys(n for n in notes if n))
         self.report.notes.extend(f"skipped: {e}" for e in errors)
         self.found = set()
         for st in self.states:
@@ -188,7 +196,7 @@ class _Grading:
             if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
                 st.timed_out = ci
         st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout,
-                                public_errors=st.public_errors)
+                                public_errors=st.public_errors, hidden_run=self.secret)
 
     def exercise_done(self, ei: int) -> None:
         if 0 <= ei < len(self.states):
@@ -199,6 +207,7 @@ class _Grading:
             return
         st = self.states[ei]
         st.result.status = TIMED_OUT if "did not finish" in reason else CRASHED
+        reason = hidden.stopped(reason) if self.secret else reason
         st.result.message = reason
         st.fail_rest(reason, "not run: the check before it stopped the grading process")
         self._emit(st)
@@ -206,6 +215,7 @@ class _Grading:
     def load_failed(self, reason: str) -> None:
         if self.found is None:
             self.found = set()
+        reason = hidden.stopped(reason) if self.secret else reason
         for st in self.states:
             if st.final:
                 continue
@@ -332,6 +342,9 @@ def grade(
         if isinstance(server, zygote.Zygote):
             server.close()
         shutil.rmtree(tmp, ignore_errors=True)
+        # Every string of the report may hold the submission's bytes (a lone surrogate, an escape):
+        # cleaned once here, for every writer after (results.json, the terminal, grades.csv).
+        vars(report).update(vars(safetext.clean(report)))
         report.execution_time = time.perf_counter() - t0
 
 

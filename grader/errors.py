@@ -42,7 +42,8 @@ def mixes_devices(error: str) -> bool:
 _KNOWN_TYPES = {name for name, obj in vars(builtins).items()
                 if isinstance(obj, type) and issubclass(obj, BaseException)} | {
     "ForbiddenAPIError", "GraderError", "OutOfMemoryError", "ExerciseTimeout", "CellTimeout"}
-HIDDEN_NOTE = "its message is not shown on hidden checks: the public checks show it in full"
+HIDDEN_NOTE = ("its message is not shown where hidden cases run: check(...) in the notebook and "
+               "--public-only show it in full")
 
 
 def error_type(error: str) -> str:

@@ -49,25 +49,29 @@ def score_of(checks: list[CheckResult]) -> float:
     """The share of an exercise's points that its checks earn, in [0, 1].
 
     Points come only from checks whose outputs are compared with the reference:
-    the passed share of their weight. Of those, an *edge* check (n = 1, one
-    document, a window wider than the sequence: a case a constant or a simpler
-    mask gets right by accident, or a mask so small that a blind guess matches it)
-    earns only once some *value* check, a general case, passes; where there is
-    none (the public checks of an exercise whose public cases are all small),
-    edge checks stand alone. Each failed *property* check (dtype, device, inputs unchanged,
-    an invariance: things a constant function meets for free) then takes away
-    its share of the weight of all the checks. So code whose general cases are
-    all wrong scores 0 whatever else it does, and code that is right but, say,
-    modifies its inputs loses what that check is worth. Skipped checks count
+    the passed share of their weight. Of those, only a *general* case earns alone: a
+    hidden *value* check, drawn from the seed. A public value check (its case and its
+    answer are in the student template: a lookup table passes it) and an *edge* check
+    (n = 1, one document, a window wider than the sequence: a case a constant or a
+    simpler mask gets right by accident, or a mask so small that a blind guess matches
+    it) earn only once a general case passes. Where there is no hidden value check
+    (a public-only grading), the public value checks are the general cases; where there
+    is no value check at all, edge checks stand alone. Each failed *property* check
+    (dtype, device, inputs unchanged, an invariance: things a constant function meets
+    for free) then takes away its share of the weight of all the checks. So code whose
+    general cases are all wrong scores 0 whatever else it does, and code that is right
+    but, say, modifies its inputs loses what that check is worth. Skipped checks count
     for neither.
     """
     counted = [c for c in checks if not c.skipped]
     compared = [c for c in counted if c.kind in ("value", "edge")]
     if not compared:
         return 0.0
-    general = [c for c in compared if c.kind == "value"]
-    general = any(c.passed for c in general) or not general
-    earned = sum(c.weight for c in compared if c.passed and (general or c.kind == "value"))
+    values = [c for c in compared if c.kind == "value"]
+    general = [c for c in values if not c.public] or values
+    general_passes = any(c.passed for c in general) or not general
+    alone = {id(c) for c in general}
+    earned = sum(c.weight for c in compared if c.passed and (general_passes or id(c) in alone))
     lost = sum(c.weight for c in counted if c.kind == "property" and not c.passed)
     return max(0.0, earned / sum(c.weight for c in compared) - lost / sum(c.weight for c in counted))
 

@@ -84,9 +84,11 @@ class Check:
     weight: float = 1.0
     want_grads: bool = False
     requires: str | None = None  # "cuda" -> skipped (reported) when unavailable
-    #: "value": outputs compared with the reference on a general case; these earn points.
+    #: "value": outputs compared with the reference on a general case; a hidden one earns
+    #: points alone, a public one (its answer is in the student template) only once a hidden
+    #: "value" check of the exercise passes (see grader.results.score_of).
     #: "edge": compared with the reference on a degenerate case (n = 1, ...) that a
-    #: constant can pass; earns only once a "value" check of the exercise passes.
+    #: constant can pass; earns only once a general "value" check of the exercise passes.
     #: "property": a necessary condition (dtype, device, inputs unchanged, an
     #: invariance) that even a constant function can meet; it takes points away
     #: when it fails and never earns any alone (see grader.runners.scores).

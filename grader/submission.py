@@ -36,6 +36,12 @@ from . import files
 SUFFIXES = (".ipynb", ".py")
 MAX_FILE_BYTES = 8 * 2**20
 MAX_CELLS = 10_000  # a notebook's cells read; the course's have about 30
+#: Characters of code parsed at once, and in all, of one submission. The grading process parses
+#: a student's code (to find its functions, to scan its calls) and keeps the trees: a 2 MiB list
+#: literal is a million nodes, and three of them took the parent to 1.8 GiB and a minute. The
+#: course's largest cell is under 10 KiB, a whole solved course under 200 KiB.
+MAX_PARSED_CHARS = 512 * 2**10
+MAX_SUBMISSION_PARSED_CHARS = 2 * 2**20
 _SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
 # Cell magics whose body is still Python (timing, capturing output).
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
@@ -97,10 +103,17 @@ class Source:
         return len(self.cells) > len(self.syntax_errors)
 
     parsed: list[tuple[Cell, ast.Module]] = field(default_factory=list, repr=False)  # see trees()
+    parsed_chars: int = 0  # of MAX_SUBMISSION_PARSED_CHARS
 
     def trees(self) -> list[tuple[Cell, ast.Module]]:
         """Parsed cells (those that parse), in order: parsed once, when read; do not change them."""
         return list(self.parsed)
+
+    def statement_places(self) -> set[str]:
+        """Where each top-level statement the worker runs is, as its load errors name it
+        ("line 3 of cell 4 of x.ipynb", "line 40 of x.py"): read here, from the source."""
+        return {f"line {stmt.lineno + cell.line_offset} of {cell.filename.strip('<>')}"
+                for cell, tree in self.parsed for stmt in kept_statements(tree)}
 
 
 # --------------------------------------------------------------------------- reading
@@ -195,7 +208,13 @@ def _read_file(base: Path, f: Path, name: str, src: Source) -> str | None:
     if not cells:
         src.problems.append(f"{name} has no code")
     for cell in cells:
-        tree = parse(cell.source)
+        fits = len(cell.source) > MAX_PARSED_CHARS or (  # parse() refuses that one itself, unparsed
+            src.parsed_chars + len(cell.source) <= MAX_SUBMISSION_PARSED_CHARS)
+        tree = parse(cell.source) if fits else (
+            f"TooLarge: the submission's code passed {MAX_SUBMISSION_PARSED_CHARS // 2**20} MiB "
+            "(the grader reads no more of it)")
+        if isinstance(tree, ast.Module):
+            src.parsed_chars += len(cell.source)
         if isinstance(tree, ast.Module):
             src.parsed.append((cell, tree))
         else:
@@ -276,7 +295,11 @@ def python_cells(text: str, name: str) -> list[Cell]:
 
 
 def parse(source: str) -> ast.Module | str | None:
-    """The parsed module, or a one-line description of the syntax error."""
+    """The parsed module, or a one-line description of the syntax error (or of a source too
+    large to parse: over :data:`MAX_PARSED_CHARS`)."""
+    if len(source) > MAX_PARSED_CHARS:
+        return (f"TooLarge: {len(source) // 2**10} KiB of code in one cell; the grader parses at most "
+                f"{MAX_PARSED_CHARS // 2**10} KiB of one (keep data in a file, not in the code)")
     try:
         return ast.parse(source)
     except SyntaxError as e:
@@ -302,8 +325,9 @@ _DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)", re.M)
 
 
 def defined_names(cell: Cell) -> set[str]:
-    """Names of functions a cell defines at top level (a guess by regex when it does not parse)."""
-    tree = parse(cell.source)
+    """Names of functions a cell defines at top level (a guess by regex when it does not parse,
+    or is too large to parse again for this: it is asked once per exercise not found)."""
+    tree = parse(cell.source) if len(cell.source) <= MAX_PARSED_CHARS // 8 else None
     if isinstance(tree, ast.Module):
         return {s.name for s in tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)}
     return set(_DEF.findall(cell.source))

@@ -2,7 +2,9 @@
 
 Shared by the engine and the notebook's ``check``: rule breaks and time limits are
 named here, before the check's judge sees them, so every check words them the same
-way, and on a hidden check the student's own error text is cut.
+way. On a hidden check, and on every check of a grading with the instructor's seed,
+the verdict keeps the grader's own words only, with every value masked
+(:mod:`grader.hidden`): nothing the submission wrote, no case.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import builtins
 import dataclasses
 from typing import Any
 
-from . import rules
+from . import hidden, rules
 from .errors import cut, error_type, is_stub_error, quoted
 from .results import CheckResult
 from .sandbox.limits import NOT_RUN, TIME_LIMIT, ChannelError
@@ -22,28 +24,80 @@ _BUILTIN_TYPES = {name for name, obj in vars(builtins).items() if isinstance(obj
 
 
 def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: float | None = None,
-          public_errors: dict[str, str] | None = None):
+          public_errors: dict[str, str] | None = None, hidden_run: bool = False):
     """The verdict of one check on what its calls produced, never an exception.
 
     ``outcomes`` is a list of :class:`~grader.spec.Outcome` or a
     :class:`~grader.sandbox.channel.ChannelError`. Rule breaks and time limits are
     named here, before the check's judge sees them, so every check words them
-    the same way. ``public_errors`` (exception type -> public check), kept per exercise,
-    lets a hidden check that raised name the public check that raises the same.
+    the same way. ``public_errors``, kept per exercise, remembers how each public check
+    failed (the exception's type, the masked message), so that a hidden check that fails
+    the same way can name the public check that shows it in full.
+
+    A failing hidden check says the kind of mistake only (:mod:`grader.hidden`). So does
+    a public check in a ``hidden_run`` (a grading that runs hidden cases too): the worker
+    holds every case of the exercise while the public ones run, and code that reads them
+    there could say them in what it raises or returns; ``check(...)`` in the notebook and
+    ``--public-only`` show public checks in full.
     """
+    shown = check.public and not hidden_run
+    verdict = _judge(check, outcomes, findings, timeout=timeout if shown else None, quoted=shown)
+    kinds = [error_type(o.error) for o in outcomes if o.error and not o.error.startswith(TIME_LIMIT)] \
+        if isinstance(outcomes, list) else []
+    if check.public and public_errors is not None:
+        for kind in kinds:
+            public_errors.setdefault(kind, check.name)
+        if not verdict.passed and not verdict.skipped:
+            public_errors.setdefault(_SAID + hidden.words(verdict.message), check.name)
+    if shown or verdict.passed or verdict.skipped:
+        return verdict
+    if check.public:
+        return Verdict(False, hidden.words(verdict.message), PUBLIC_CASE)
+    return _as_hidden(verdict, kinds, public_errors or {})
+
+
+#: How ``public_errors`` keys a public check's masked message (apart from exception types).
+_SAID = "said: "
+#: What a failing public check says, in a grading that runs hidden cases, instead of its case.
+PUBLIC_CASE = ("run check(...) in the notebook (or grade with --public-only) to see this public case "
+               "and what your code did with it")
+
+
+def _as_hidden(verdict, kinds: list[str], public_errors: dict[str, str]):
+    """A failing hidden check's verdict as the student sees it: its message with every value
+    masked, and, instead of the case (inputs, grids, expected values), the public check that
+    fails the same way, where one does."""
+    message = hidden.words(verdict.message)
+    same = public_errors.get(_SAID + message)
+    if same is not None:
+        detail = (f"the public check \"{same}\" fails the same way: run check(...) in the notebook to see "
+                  "its case")
+    elif kinds and kinds[0] in public_errors:
+        detail = (f"the public check \"{public_errors[kinds[0]]}\" raises it too: run check(...) in the "
+                  "notebook to see its message")
+    else:
+        detail = HIDDEN_CASE
+    return Verdict(False, message, detail)
+
+
+#: What a failing hidden check that no public check reproduces says instead of its case.
+HIDDEN_CASE = ("a hidden case: its inputs, sizes and expected values are not shown; no public check fails "
+               "this way, so try a case of your own like it in the notebook")
+
+
+def _judge(check, outcomes: Any, findings, *, timeout: float | None, quoted: bool):
     if isinstance(outcomes, ChannelError):
         return Verdict(False, f"what came back could not be read: {outcomes}")
     if not isinstance(outcomes, list) or len(outcomes) != len(check.calls):
         return Verdict(False, "the grader lost track of this check's results (internal grader error)")
-    if not check.public:
+    if not quoted:
         outcomes = [_without_student_text(o) for o in outcomes]
     errors = [o.error for o in outcomes if o.error]
     for err in errors:
         if err.startswith("ForbiddenAPIError: "):
             said = err.split(": ", 1)[1]
             # A class of the submission's own may bear the name: only the rule's own words are shown.
-            return Verdict(False, said if check.public or rules.is_rule_message(said)
-                           else cut(err))
+            return Verdict(False, said if quoted or rules.is_rule_message(said) else cut(err))
     for err in errors:
         if err.startswith(TIME_LIMIT):
             if NOT_RUN in err:
@@ -63,25 +117,9 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
         where = next((o.where for o in outcomes if o.error and o.where), None)  # hidden: none kept
         if where and where not in verdict.detail:
             verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + f"raised at {where}"
-        if not check.public:
+        if not quoted:
             _cut_student_text(verdict, outcomes)
-    _public_case(check, verdict, outcomes, public_errors)
     return verdict
-
-
-def _public_case(check, verdict, outcomes, public_errors: dict[str, str] | None) -> None:
-    """Remember which public check raised which exception type; point a hidden check that raised
-    one of them to it: there the student sees the whole message, on a case they know."""
-    if public_errors is None:
-        return
-    kinds = [error_type(o.error) for o in outcomes if o.error and not o.error.startswith(TIME_LIMIT)]
-    if check.public:
-        for kind in kinds:
-            public_errors.setdefault(kind, check.name)
-    elif not verdict.passed and kinds and kinds[0] in public_errors:
-        verdict.detail = (verdict.detail + "\n" if verdict.detail else "") + (
-            f"the public check \"{public_errors[kinds[0]]}\" raises it too: run check(...) in the notebook "
-            "to see its message")
 
 
 def _cut_student_text(verdict, outcomes) -> None:

@@ -22,9 +22,9 @@ MAX_LINES = 450
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the contract and the cases", ("grader.spec", "grader.cases", "grader.seed", "grader.results",
                                     "grader.fnspecs", "grader.files", "grader.fused", "grader.rules",
-                                    "grader.submission")),
-    ("checks and their feedback", ("grader.mistakes", "grader.errors", "grader.diagnose", "grader.checks",
-                                   "grader.checks.*")),
+                                    "grader.submission", "grader.safetext")),
+    ("checks and their feedback", ("grader.mistakes", "grader.errors", "grader.hidden", "grader.diagnose",
+                                   "grader.checks", "grader.checks.*")),
     ("the sandbox", ("grader.sandbox", "grader.sandbox.*")),
     ("reports", ("grader.report", "grader.terminal")),
     ("the engine", ("grader.verdicts", "grader.engine")),

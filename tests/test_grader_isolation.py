@@ -127,7 +127,11 @@ def test_segfault_is_a_crash_of_that_exercise_only(hostile):
     _, results, tests = hostile
     assert results["extra_data"]["status"]["attention"] == CRASHED
     assert "segmentation fault" in tests["attention"]["output"]
-    assert re.search(r"at line \d+ of hostile.py", tests["attention"]["output"])  # from the crash dump
+    # The line of the crash, read from the dump the worker printed, is the submission's to forge:
+    # shown where no hidden case ran, and not beside the hidden ones.
+    assert not re.search(r"at line \d+ of", tests["attention"]["output"])
+    public = engine.grade(SUBMISSIONS / "hostile.py", exercises=["attention"], public_only=True, timeout=2)
+    assert re.search(r"at line \d+ of hostile.py", public.exercise("attention").message)  # from the dump
     assert "Fatal Python error" not in results["output"]
 
 
@@ -160,7 +164,8 @@ def test_lying_tensor_subclass_is_refused(hostile):
     _, _, tests = hostile
     kv = tests["kv_cache_attention"]
     assert kv["score"] < kv["max_score"]
-    assert "tensor subclass Liar" in kv["output"]
+    assert "tensor subclass" in kv["output"]
+    assert "Liar" not in kv["output"]  # a name the submission chose, not shown beside hidden cases
 
 
 @pytest.mark.slow

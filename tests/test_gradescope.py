@@ -123,8 +123,8 @@ def test_correct_submission_gets_full_marks(tmp_path, bundle):
 @pytest.mark.slow
 def test_student_code_cannot_read_the_seed(tmp_path, bundle):
     """Where the seed could be: the grader's command line (readable by every process), its
-    environment, the bundle's seed file. The student's code reports what it read, reversed
-    so that the seed scrubbing of results.json cannot hide a leak."""
+    environment, the bundle's seed file. The student's code says by the type of its exception
+    whether it read the seed."""
     root = tmp_path / "autograder"
     spy = (
         "import os\n\n\ndef causal_mask(n, *, device=None):\n"
@@ -135,12 +135,13 @@ def test_student_code_cannot_read_the_seed(tmp_path, bundle):
         "            found.append(open(path, 'rb').read().decode(errors='replace').replace('\\n', ' '))\n"
         "        except OSError as e:\n"
         "            found.append(type(e).__name__)\n"
-        "    raise ValueError(' | '.join(found)[::-1])\n")
+        "    seen = ' | '.join(found)\n"
+        # What it says never reaches results.json (tests/test_hidden_channel.py): the type it raises does.
+        f"    raise (ValueError if {str(SEED)[::-1]!r}[::-1] in seen else TypeError)('looked')\n")
     results, _ = simulate(tmp_path, bundle, {"spy.py": spy.encode()})
     text = json.dumps(results)
-    # 'PermissionError', 'FileNotFoundError' reversed: inside the sandbox its parent is out of sight
-    assert "rorrEnoissimreP" in text or "rorrEdnuoFtoNeliF" in text, "the spy did not run, or read everything"
-    assert str(SEED)[::-1] not in text, "student code read the seed"
+    assert "raised TypeError" in text, "the spy did not run"
+    assert "ValueError" not in text and str(SEED)[::-1] not in text, "student code read the seed"
     assert (root / "source" / "grader_seed").read_text().strip() == str(SEED), "the seed file is back after"
 
 
@@ -201,7 +202,7 @@ def test_the_bundle_installs_only_what_grading_needs(bundle):
 @pytest.mark.slow
 def test_feedback_on_hidden_checks_carries_no_hidden_input(tmp_path, bundle):
     """A submission that raises (and prints) the inputs it was given: what students see
-    holds no hidden tensor, while the public checks' inputs may show."""
+    holds no hidden tensor, and no message of the submission's own."""
     code = ("def document_mask(doc_ids):\n"
             "    print('IDS', doc_ids.tolist())\n"
             "    raise ValueError('my inputs: ' + str(doc_ids.tolist()))\n")
@@ -214,8 +215,9 @@ def test_feedback_on_hidden_checks_carries_no_hidden_input(tmp_path, bundle):
     assert hidden
     for ids in hidden:
         assert str(ids.tolist()) not in text and str(ids.tolist()[0]) not in text, ids
-    assert "my inputs: [[0, 0, 1, 1, 1]]" in text  # a public case: shown in full
-    assert "its message is not shown on hidden checks" in text and "IDS" not in results["output"]
+    # Not even on a public case: while it runs the worker holds the hidden ones (test_hidden_channel.py).
+    assert "my inputs:" not in text
+    assert "its message is not shown where hidden cases run" in text and "IDS" not in results["output"]
 
 
 def test_empty_submission_gets_a_zero_and_a_reason(tmp_path, bundle):

@@ -180,10 +180,12 @@ def test_hidden_cases_do_not_ride_out_on_what_student_code_says(tmp_path):
         hidden += [b for b in blocks[1:] if b.split("\n")[0].split(":")[0].endswith("(hidden)")]
         if " (hidden): " in blocks[0]:  # the summary line quotes a hidden check
             hidden.append(blocks[0])
-    assert len(hidden) > 6 and "EXFIL" in json.dumps(results)  # public checks quote it, as they should
-    assert not [b for b in hidden if "EXFIL" in b], hidden
-    assert sum("is not shown on hidden checks" in b for b in hidden) >= 3  # the type is named, not the text
+    assert len(hidden) > 6
+    # Not even on public checks: while they run, the worker holds the hidden cases too
+    # (tests/test_hidden_channel.py); --public-only and check(...) quote it in full.
+    assert "EXFIL" not in json.dumps(results)
+    assert sum("is not shown where hidden cases run" in b for b in hidden) >= 3  # the type, not the text
     assert sum("a class the submission defines" in b for b in hidden) >= 2
-    assert any('the public check "matches reference (n=4)" raises it too' in b for b in hidden), hidden
+    assert any('the public check "matches reference (n=4)"' in b for b in hidden), hidden
     assert "EXFIL" in p.stdout  # the operator's terminal shows what it printed, as text
     assert "\x1b" not in p.stdout and "\r" not in p.stdout and "\x1b" not in p.stderr, p.stdout

@@ -19,6 +19,7 @@ import ast
 import base64
 import html
 import io
+import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -252,9 +253,11 @@ def page(record: dict[str, Any], stats: dict[str, ExerciseStats], flags: Sequenc
         out.append("<p>No pair is flagged.</p>")
     for f in flags:
         also = f" (also alike: {esc(', '.join(f.others))})" if f.others else ""
+        # What students wrote, never the reference: the report is mailed; solutions/ is not.
+        other = REFERENCE_NOT_SHOWN if f.b.startswith("reference:") else f.b_source
         out.append(f"<div class='flag'><h3>{esc(f.exercise)}: {esc(f.a)} and {esc(f.b)} "
                    f"(similarity {f.score:.2f}){also}</h3><div class='pair'><pre>{esc(f.a_source)}</pre>"
-                   f"<pre>{esc(f.b_source)}</pre></div></div>")
+                   f"<pre>{esc(other)}</pre></div></div>")
     out.append("</body></html>")
     return "\n".join(out)
 
@@ -265,6 +268,19 @@ def write_report(out: Path, record: dict[str, Any]) -> tuple[Path, Path]:
     graded = [e for e in record["exercises"] if e in stats]
     flags = similarity.grouped(similarity.flags(similarity.load_students(out, record["rows"]), graded))
     md, page_html = out / "class-report.md", out / "class-report.html"
-    md.write_text(markdown(record, stats, flags))
-    page_html.write_text(page(record, stats, flags))
+    _write_private(md, markdown(record, stats, flags))
+    _write_private(page_html, page(record, stats, flags))
     return page_html, md
+
+
+#: What the report shows where a student's function is flagged against the reference.
+REFERENCE_NOT_SHOWN = "(the reference is not shown here: compare with solutions/ in the course's repository)"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """``path`` written 0600 whatever the umask, as the other files of a class run that hold
+    what students must not read (their code, the seed): the report shows students' code."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.fchmod(fd, 0o600)  # an earlier report may be 0644
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

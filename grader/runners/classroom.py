@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import safetext
 from .. import seed as seed_mod
 from ..sandbox import allowlist
 from ..sandbox.zygote import Zygote
@@ -261,7 +262,7 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
     students, ignored = discover(submissions, out)
     students = select(students) if select is not None else students
     if ignored:
-        names = ", ".join(p.name for p in ignored[:5]) + (" …" if len(ignored) > 5 else "")
+        names = ", ".join(safetext.name(p.name) for p in ignored[:5]) + (" …" if len(ignored) > 5 else "")
         print(f"note: ignored {len(ignored)} entries that are neither folders nor .ipynb/.py files: {names}",
               file=sys.stderr)
     manifest = Manifest(out / "manifest.json")

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import safetext
 from . import shards
 from .classrun import write_outputs
 from .scores import isolation, max_score, per_exercise, read_results, total_score
@@ -35,6 +36,17 @@ AGREE = (("grader", "grader version (its sources' fingerprint)"), ("exercises", 
 def _names(items: Sequence[str], limit: int = 20) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f" … ({len(items)} in all)" if len(items) > limit else "")
+
+
+def _row(row: Any) -> dict[str, Any]:
+    """A row of a shard's record with its names made safe to show (:mod:`grader.safetext`): a
+    record is a file anyone with the shard's folder could have written. Its slug is checked
+    where it is used: one folder inside the shard, never a path."""
+    row = dict(row) if isinstance(row, dict) else {"status": "crashed", "message": "an unreadable row"}
+    row["student"] = safetext.name(row.get("student", "?"))
+    if row.get("id"):
+        row["id"] = safetext.name(row["id"])
+    return row
 
 
 def check_agreement(records: list[tuple[Path, dict[str, Any]]]) -> list[str]:
@@ -63,11 +75,11 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
     exercises = first["exercises"]
     everyone: dict[str, None] = {}  # in the order the shards list them
     for _, r in records:
-        everyone.update(dict.fromkeys(r["class"]))
+        everyone.update(dict.fromkeys(safetext.name(n) for n in r["class"]))
     rows: dict[str, tuple[Path, dict[str, Any]]] = {}
     duplicates: list[str] = []
     for d, r in records:
-        for row in r["rows"]:
+        for row in map(_row, r["rows"]):
             key = row.get("id") or row["student"]  # a roster student by id, anyone else by name
             if key in rows:
                 duplicates.append(f"{key} (in {rows[key][0]} and {d})")
@@ -86,6 +98,9 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
     for name in sorted(rows):
         d, row = rows[name]
         row = dict(row)
+        if row.get("slug") and (not safetext.component(row["slug"]) or (d / row["slug"]).is_symlink()):
+            row.update(slug="", status="crashed", total=0.0, scores={},
+                       message=f"the shard {d} names an unsafe folder for this student: grade it again")
         if row.get("slug"):
             src, dst = d / row["slug"], out / row["slug"]
             if src.resolve() != dst.resolve():

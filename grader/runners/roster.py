@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import files
+from .. import files, safetext
 
 #: Files the engine grades; anything else in SUBMISSIONS_DIR is not a student.
 SOURCE_SUFFIXES = (".ipynb", ".py")
@@ -66,7 +66,7 @@ def discover(submissions: Path, out: Path | None = None) -> tuple[list[Student],
         while slug in slugs:  # two names that differ only in unsafe characters
             slug, k = f"{base}-{k}", k + 1
         slugs.add(slug)
-        students.append(Student(name=name, path=p, slug=slug))
+        students.append(Student(name=safetext.name(name), path=p, slug=slug))  # bytes, escapes: shown
     return students, ignored
 
 
