@@ -17,6 +17,32 @@ from .. import diagnose as dg
 from ..spec import Call, Outcome, Verdict
 from .judges import Recipe, float_dtype, inputs_of, raised, rebuildable
 
+#: merge_partials' two numeric failures, named from where the NaN and inf sit (here, not in the
+#: chapter's module, so that the student template names them too: :data:`properties.NAN_REASONS`).
+MERGE_NAN_EMPTY = ("NaN where both parts are empty: with both lse -inf, exp(lse1 - lse) is "
+                   "exp(-inf - (-inf)) = NaN. Shift by 0 where the larger lse is -inf, and return out 0 "
+                   "and lse -inf for such rows.")
+MERGE_OVERFLOW = ("exp(lse) overflows to inf (or underflows to 0) once |lse| passes about 88 in float32: "
+                  "subtract the larger lse first, m = max(lse1, lse2), "
+                  "lse = m + log(exp(lse1 - m) + exp(lse2 - m)).")
+
+
+def merge_nan_reason(args: tuple, kwargs: dict, got: torch.Tensor) -> str | None:
+    """Why ``got`` (merge_partials' out or lse) is NaN or infinite where it must be finite, read off
+    the rows where it is: rows with both parts empty, or rows with a large |lse|."""
+    _, lse1, _, lse2 = args[:4]
+    l1, l2 = lse1.double(), lse2.double()
+    bad = ~torch.isfinite(got) if got.shape == lse1.shape else ~torch.isfinite(got).all(dim=-1)
+    both_empty = torch.isneginf(l1) & torch.isneginf(l2)
+    if got.shape == lse1.shape:
+        bad = bad & ~(torch.isneginf(got) & both_empty)
+    if not bool(bad.any()):
+        return None
+    if bool((bad <= both_empty).all()):
+        return MERGE_NAN_EMPTY
+    big = torch.maximum(l1.nan_to_num(neginf=0.0).abs(), l2.nan_to_num(neginf=0.0).abs()) > 80
+    return MERGE_OVERFLOW if bool((bad <= (both_empty | big)).all()) else None
+
 
 def attend64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor]:
