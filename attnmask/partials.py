@@ -52,11 +52,13 @@ def attention_lse(
         ``(out, lse)``: ``out (B, H, Lq, dv)`` in q's dtype, zeros for a fully masked
         row; ``lse (B, H, Lq)`` float32 (float64 for float64 inputs): the natural log
         of the sum over the row's allowed keys of ``exp(q·k / sqrt(d))``, ``-inf`` for
-        a fully masked row. float16/bfloat16 are computed in float32. Gradients are
-        finite, and zero for fully masked rows.
+        a fully masked row (every row, when Lk = 0). float16/bfloat16 are computed in
+        float32. Gradients are finite, and zero for fully masked rows.
     """
     check_qkv(q, k, v)
     work = _wide(q.dtype)
+    if k.shape[-2] == 0:  # a part with no key at all: every row is empty
+        return q.new_zeros(*q.shape[:-1], v.shape[-1]), q.new_full(q.shape[:-1], float("-inf"), dtype=work)
     scores = (q.to(work) @ k.to(work).transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
