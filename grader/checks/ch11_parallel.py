@@ -3,11 +3,14 @@
 
 Besides the values, two checks hold the pieces to what they are for: attention over a
 partition of the keys, merged by log-sum-exp, equals attention over all keys (the student's
-``attention_lse`` judged against itself, :func:`grader.checks.merging.partition_judge`);
-and the W steps of a ring, masked by the student's ``zigzag_ring_mask`` and merged, equal
-full causal attention (:func:`grader.checks.merging.ring_judge`). The hidden cases draw
-what breaks real code: rows and parts with no allowed key, log-sum-exps of ±1e4, rings of
-3 and 4 ranks, chunks that do not divide the sequence.
+``attention_lse`` judged against itself, :func:`grader.checks.merging.partition_judge`, a
+property: unmasked attention meets it too); and the W steps of a ring, masked by the
+student's ``zigzag_ring_mask`` and merged, equal full causal attention
+(:func:`grader.checks.merging.ring_judge`, rings of 2 ranks in public and 3 hidden). The
+hidden cases draw what breaks real code: rows and parts with no allowed key, log-sum-exps
+past float32's ``exp`` (±100 and more; ±1e4 with half-precision outputs, where float32's own
+rounding of such an lse stays inside the tolerance), worlds of 3 to 5 ranks, chunks that do
+not divide the sequence. Invalid sizes must raise ValueError (:func:`judges.raises`).
 """
 
 from __future__ import annotations
