@@ -11,6 +11,7 @@ from .influence import influence_matrix
 from .masks import (
     broadcast_mask,
     causal_mask,
+    chunked_local_mask,
     combine_masks,
     decoder_mask,
     document_mask,
@@ -22,10 +23,12 @@ from .masks import (
 )
 from .mha import MultiHeadAttention, multi_head_attention
 from .models import ModelConfig, TinyDecoder, TinyEncoderDecoder, train_steps
+from .partials import attention_lse, merge_all, merge_partials, split_kv_attention
 from .predicates import (
     and_masks,
     block_mask,
     causal,
+    chunked_local,
     document,
     key_padding,
     kind_of,
@@ -43,6 +46,7 @@ from .real_models import (
     packed_labels,
     packed_position_ids,
 )
+from .ring import ring_attention, ring_step_mask, ring_work, shard_positions, zigzag_ring_mask
 from .serving import (
     PagedKVCache,
     RollingKVCache,
@@ -86,6 +90,10 @@ CONTRACT = (
     "rolling_cache_mask",
     "paged_attention",
     "tree_mask",
+    "attention_lse",
+    "merge_partials",
+    "zigzag_ring_mask",
+    "chunked_local_mask",
 )
 
 __all__ = [
@@ -102,18 +110,21 @@ __all__ = [
     "alibi_slopes",
     "and_masks",
     "attention",
+    "attention_lse",
     "attention_plan",
     "block_mask",
     "broadcast_mask",
     "causal",
     "causal_mask",
+    "chunked_local",
+    "chunked_local_mask",
     "combine_masks",
     "decoder_logits",
-    "gather_blocks",
     "decoder_mask",
     "document",
     "document_mask",
     "encoder_decoder_masks",
+    "gather_blocks",
     "generate_left_padded",
     "gqa_attention",
     "image_blocks",
@@ -125,6 +136,8 @@ __all__ = [
     "left_padding_position_ids",
     "masked_softmax",
     "materialize",
+    "merge_all",
+    "merge_partials",
     "multi_head_attention",
     "or_masks",
     "packed_labels",
@@ -133,14 +146,20 @@ __all__ = [
     "paged_attention",
     "prefix_lm",
     "prefix_lm_mask",
+    "ring_attention",
+    "ring_step_mask",
+    "ring_work",
     "rolling_cache_mask",
     "rolling_slot_positions",
+    "shard_positions",
     "sliding_window",
     "sliding_window_mask",
-    "to_additive",
+    "split_kv_attention",
     "tiled_attention",
+    "to_additive",
     "train_steps",
     "tree_ancestors",
     "tree_mask",
     "tree_positions",
+    "zigzag_ring_mask",
 ]

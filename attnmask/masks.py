@@ -23,6 +23,7 @@ from . import predicates as P
 __all__ = [
     "broadcast_mask",
     "causal_mask",
+    "chunked_local_mask",
     "combine_masks",
     "decoder_mask",
     "document_mask",
@@ -94,6 +95,21 @@ def sliding_window_mask(
     _check_size("n", n, 1)
     _check_size("window", window, 1)
     return P.materialize(P.sliding_window(window), n, n, device=device)
+
+
+def chunked_local_mask(
+    Lq: int, Lk: int, chunk: int, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Chunked local attention (Llama 4's ``attention_chunk_size``): the queries are the last
+    ``Lq`` of ``Lk`` positions (query i at p = Lk - Lq + i, bottom-right), and query p sees
+    key j when j <= p and ``j // chunk == p // chunk``. Returns bool ``(Lq, Lk)``, True = may
+    attend. Raises ValueError when Lq < 1, Lq > Lk or chunk < 1."""
+    _check_size("Lq", Lq, 1)
+    _check_size("Lk", Lk, 1)
+    _check_size("chunk", chunk, 1)
+    if Lq > Lk:
+        raise ValueError(f"Lq = {Lq} queries cannot be the last of Lk = {Lk} positions: expected Lq <= Lk")
+    return P.materialize(P.chunked_local(chunk, offset=Lk - Lq), Lq, Lk, device=device)
 
 
 def prefix_lm_mask(

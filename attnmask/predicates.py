@@ -42,6 +42,7 @@ __all__ = [
     "and_masks",
     "block_mask",
     "causal",
+    "chunked_local",
     "document",
     "key_padding",
     "kind_of",
@@ -94,6 +95,22 @@ def sliding_window(window: int) -> MaskFn:
     @_labelled("sliding_window", window=window)
     def mask_fn(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
+
+    return mask_fn
+
+
+def chunked_local(chunk: int, offset: int = 0) -> MaskFn:
+    """Chunked local attention (Llama 4's local layers): query ``q_idx`` sits at position
+    ``p = q_idx + offset`` and sees key ``kv_idx`` when ``kv_idx <= p`` and both lie in the
+    same chunk of ``chunk`` positions (``kv_idx // chunk == p // chunk``). Unlike a sliding
+    window, the first query of a chunk sees only itself, whatever came before."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1; got {chunk}")
+
+    @_labelled("chunked_local", chunk=chunk, offset=offset)
+    def mask_fn(b, h, q_idx, kv_idx):
+        p = q_idx + offset
+        return (kv_idx <= p) & (kv_idx // chunk == p // chunk)
 
     return mask_fn
 

@@ -4,6 +4,8 @@ the public checks, and the fnspecs given to influence_matrix."""
 from __future__ import annotations
 
 import ast
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,12 +21,21 @@ def test_exercises_follow_the_contract_in_chapter_order():
     assert tuple(EXERCISES) == am.CONTRACT
     assert list(POINTS) == list(EXERCISES)
     chapters = [ex.chapter for ex in EXERCISES.values()]
-    assert chapters == sorted(chapters) and set(chapters) == {*range(1, 11)}  # every chapter has one
+    assert chapters == sorted(chapters) and set(chapters) == {*range(1, 12)}  # every chapter has one
     for name, ex in EXERCISES.items():
         assert ex.name == name and ex.points == POINTS[name] > 0
         assert name in public_summary(name)
     with pytest.raises(KeyError):
         public_summary("no_such_exercise")
+
+
+def test_points_add_up_to_100_as_the_instructor_guide_lists_them():
+    """book/instructors_grader.md's points table is the registry's, row for row."""
+    guide = (Path(__file__).resolve().parent.parent / "book" / "instructors_grader.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| ([\d.]+) \|", guide, flags=re.M)
+    assert [(name, float(points)) for _, name, points in rows] == list(POINTS.items())
+    assert [int(ch) for ch, _, _ in rows] == [ex.chapter for ex in EXERCISES.values()]
+    assert sum(POINTS.values()) == 100
 
 
 @pytest.mark.parametrize("name", list(EXERCISES))

@@ -34,7 +34,8 @@ class Out:
     """One returned tensor of an exercise.
 
     ``kind`` is "mask" (bool, compared after broadcasting to ``shape``),
-    "number" (float, same shape as the reference) or "additive" (0 where the
+    "number" (float, same shape as the reference), "logsumexp" (a number that is
+    float32 whatever the inputs' dtype) or "additive" (0 where the
     mask allows, <= finfo(dtype).min where it blocks). ``shape`` computes the
     contract shape from the call's args and kwargs; None means the reference's
     shape. ``dtype`` gives the expected dtype; None means "any float".
@@ -52,6 +53,8 @@ class Out:
             return self.dtype(args, kwargs)
         if self.kind == "mask":
             return torch.bool
+        if self.kind == "logsumexp":
+            return torch.promote_types(float_dtype(call), torch.float32)
         return float_dtype(call)
 
 
@@ -221,7 +224,7 @@ def fit(out: Out, got: torch.Tensor, want: torch.Tensor, args: tuple, kwargs: di
         want_full = torch.broadcast_to(want, shape)
         got_full, msg = dg.fit_shape(got, shape, out.name, out.letters)
         return got_full, want_full, msg
-    if out.kind == "number" and not got.dtype.is_floating_point:
+    if out.kind in ("number", "logsumexp") and not got.dtype.is_floating_point:
         return None, None, f"{out.name} is {dg.dtype_str(got.dtype)}; expected a floating tensor"
     got_full, msg = dg.fit_shape(got, tuple(want.shape), out.name, out.letters, exact=True)
     return got_full, want, msg
@@ -338,6 +341,9 @@ def dtype_hint(out: Out, want: torch.dtype) -> str:
         return " (True = may attend)"
     if out.kind == "additive":
         return ": build it with dtype=dtype"
+    if out.kind == "logsumexp":
+        return (": a log-sum-exp stays float32 whatever the inputs' dtype (in float16 or bfloat16 it loses "
+                "the digits that exp(lse1 - lse) needs when partial results are merged); do not cast it back")
     if out.kind == "integer":
         return " (torch.long): cumsum of a long tensor, or dtype=torch.long where you create it"
     return ": return the inputs' dtype (compute in float32 if you like, then cast back with .to(dtype))"
@@ -360,7 +366,7 @@ def guess_bits(recipe: Recipe, calls: list[Call], only: Sequence[int] | None = N
         for i, out in enumerate(recipe.outs):
             if only is not None and i not in only:
                 continue
-            if out.kind == "number":
+            if out.kind in ("number", "logsumexp"):
                 return math.inf
             if out.shape is None:
                 want = want or recipe.expected(call)
@@ -386,3 +392,28 @@ def values(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False
 
 def dtypes(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False) -> Check:
     return Check(name, calls, dtype_judge(recipe), public=public, kind="property")
+
+
+@rebuildable
+def raises_judge(name: str, arg_names: tuple[str, ...], error: str, why: str):
+    """Every call raises ``error`` (an exception's type name, e.g. "ValueError"); ``why``: what
+    the contract says about such inputs. Takes no recipe: the reference raises on these calls."""
+
+    def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
+        for call, o in zip(calls, outcomes):
+            inputs = dg.describe_args(arg_names, call.args, dict(call.kwargs))
+            if o.error is not None and errors.error_type(o.error) == error:
+                continue
+            if errors.is_stub_error(o.error):
+                return raised(o.error, inputs)
+            got = f"it raised {errors.quoted(o.error)}" if o.error else "it returned a result"
+            return dg.fail(f"{name} must raise {error} here ({why}); {got}", f"inputs: {inputs}")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+def raises(name: str, arg_names: tuple[str, ...], check: str, calls: list[Call], why: str,
+           error: str = "ValueError") -> Check:
+    """A property check: each of ``calls`` raises ``error``."""
+    return Check(check, calls, raises_judge(name, arg_names, error, why), kind="property")

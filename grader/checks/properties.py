@@ -32,6 +32,7 @@ from .judges import (
     reference,
     values,
 )
+from .merging import merge_nan_reason
 
 # --------------------------------------------------------------------------- judging properties
 
@@ -428,4 +429,4 @@ def tiled_nan_reason(args: tuple, kwargs: dict, got: torch.Tensor) -> str | None
 
 #: Reasons for a wrong output read off its NaN, by exercise (before the classic mistakes are
 #: compared): functions of the inputs and the output alone, which the template can run.
-NAN_REASONS = {"tiled_attention": tiled_nan_reason}
+NAN_REASONS = {"tiled_attention": tiled_nan_reason, "merge_partials": merge_nan_reason}

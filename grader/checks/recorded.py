@@ -32,6 +32,7 @@ import torch
 from .. import diagnose as dg
 from ..spec import Call, Check, Exercise, FnSpec
 from . import judges as J
+from . import merging as _merging  # noqa: F401 -- registers its judge factories
 from . import properties as _properties  # registers its judge factories; NaN reasons
 
 #: Where release writes the data, inside the grader package (so the wheel and the template carry it).

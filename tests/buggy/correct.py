@@ -187,3 +187,48 @@ def tree_mask(parents, past_len):
         seen = seen | (up[:, None] == idx[None, :])
         up = torch.where(up >= 0, parents[up.clamp(min=0)], up)
     return torch.cat([seen.new_ones(n, past_len), seen], dim=1)
+
+
+def attention_lse(q, k, v, mask=None):
+    s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    has = ~torch.isneginf(s).all(dim=-1, keepdim=True)  # (B, H, Lq, 1): a row with an allowed key
+    s = torch.where(has, s, 0.0)
+    lse = torch.logsumexp(s, dim=-1).masked_fill(~has[..., 0], float("-inf"))
+    w = torch.softmax(s, dim=-1) * has
+    return (w @ v.float()).to(q.dtype), lse
+
+
+def merge_partials(out1, lse1, out2, lse2):
+    if out1.shape != out2.shape or lse1.shape != lse2.shape or out1.shape[:-1] != lse1.shape:
+        raise ValueError(f"shapes disagree: {out1.shape}, {lse1.shape}, {out2.shape}, {lse2.shape}")
+    m = torch.maximum(lse1, lse2).float().detach()
+    m = torch.where(m == float("-inf"), 0.0, m)
+    a, b = torch.exp(lse1.float() - m), torch.exp(lse2.float() - m)
+    total = a + b
+    some = total > 0
+    total = torch.where(some, total, 1.0)
+    lse = torch.where(some, m + torch.log(total), float("-inf"))
+    out = (a[..., None] * out1.float() + b[..., None] * out2.float()) / total[..., None]
+    return out.to(out1.dtype), lse
+
+
+def zigzag_ring_mask(L, world, rank, step, *, device=None):
+    if world < 1 or L % (2 * world) or not 0 <= rank < world or not 0 <= step < world:
+        raise ValueError(f"bad ring: L={L}, world={world}, rank={rank}, step={step}")
+    c = L // (2 * world)
+    t = torch.arange(2 * c, device=device)
+
+    def pos(r):  # local index -> global position
+        return torch.where(t < c, r * c + t, (2 * world - 1 - r) * c + t - c)
+
+    return pos(rank)[:, None] >= pos((rank - step) % world)[None, :]
+
+
+def chunked_local_mask(Lq, Lk, chunk, *, device=None):
+    if Lq < 1 or Lq > Lk or chunk < 1:
+        raise ValueError(f"bad sizes: Lq={Lq}, Lk={Lk}, chunk={chunk}")
+    p = torch.arange(Lk - Lq, Lk, device=device)[:, None]
+    j = torch.arange(Lk, device=device)
+    return (j <= p) & (j // chunk == p // chunk)

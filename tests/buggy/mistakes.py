@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import correct as ok
+from . import parallel as pl
 from . import real_models as rm
 from . import serving as sv
 from . import tiled as tl
@@ -612,4 +613,25 @@ BUGS: list[Bug] = [
     Bug("tree_mask", sv.tree_no_self, "tree_no_self"),
     Bug("tree_mask", sv.tree_descendants, "tree_descendants"),
     Bug("tree_mask", sv.tree_top_left, "tree_top_left"),
+    Bug("attention_lse", pl.lse_unscaled, "lse_unscaled"),
+    Bug("attention_lse", pl.lse_unmasked, "lse_unmasked"),
+    Bug("attention_lse", pl.lse_half, "a log-sum-exp stays float32"),
+    Bug("attention_lse", pl.lse_empty_zero, "lse_empty"),
+    Bug("attention_lse", pl.lse_additive_mask, "NaN or inf"),
+    Bug("merge_partials", pl.merge_textbook, "merge_nan_empty"),
+    Bug("merge_partials", pl.merge_no_max, "merge_overflow"),
+    Bug("merge_partials", pl.merge_average, "merge_average"),
+    Bug("merge_partials", pl.merge_lse_max, "merge_lse_max"),
+    Bug("merge_partials", pl.merge_swapped, "merge_swapped"),
+    Bug("merge_partials", pl.merge_unnormalised, "merge_unnormalised"),
+    Bug("merge_partials", pl.merge_half_lse, "a log-sum-exp stays float32"),
+    Bug("merge_partials", pl.merge_no_shape_check, "must raise ValueError"),
+    Bug("merge_partials", pl.merge_logaddexp, "NaN or inf"),
+    Bug("zigzag_ring_mask", pl.ring_contiguous, "ring_contiguous"),
+    Bug("zigzag_ring_mask", pl.ring_source_plus, "ring_source_plus"),
+    Bug("zigzag_ring_mask", pl.ring_local, "ring_local"),
+    Bug("zigzag_ring_mask", pl.ring_no_check, "must raise ValueError"),
+    Bug("chunked_local_mask", pl.chunk_window, "chunk_window"),
+    Bug("chunked_local_mask", pl.chunk_top_left, "chunk_top_left"),
+    Bug("chunked_local_mask", pl.chunk_not_causal, "chunk_not_causal"),
 ]

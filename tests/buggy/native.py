@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from .correct import (  # noqa: F401 -- the mask builders are the same
     causal_mask,
+    chunked_local_mask,
     decoder_mask,
     document_mask,
     encoder_decoder_masks,
@@ -24,6 +25,7 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     rolling_cache_mask,
     sliding_window_mask,
     tree_mask,
+    zigzag_ring_mask,
 )
 
 
@@ -141,3 +143,26 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens):
     last = (context_lens[:, None] - Lq + torch.arange(Lq, device=q.device))[:, None, :, None]  # (B, 1, Lq, 1)
     out, _ = attention(q, k, v, pos <= last)
     return out
+
+
+def attention_lse(q, k, v, mask=None):
+    # the weights from the lse itself, exp(s - lse); float32 as the contract says
+    s = (q.float() / math.sqrt(q.shape[-1])) @ k.float().mT
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    empty = torch.isneginf(s).all(dim=-1)
+    lse = torch.logsumexp(s.masked_fill(empty[..., None], 0.0), dim=-1).masked_fill(empty, float("-inf"))
+    w = torch.exp(s - lse.masked_fill(empty, 0.0)[..., None])  # exp(-inf) = 0 on empty rows
+    return (w @ v.float()).to(q.dtype), lse
+
+
+def merge_partials(out1, lse1, out2, lse2):
+    # torch.logaddexp, with both-empty rows kept finite for its backward
+    if out1.shape != out2.shape or lse1.shape != lse2.shape or out1.shape[:-1] != lse1.shape:
+        raise ValueError("out1, out2 (..., Lq, dv) and lse1, lse2 (..., Lq) must agree")
+    empty = torch.isneginf(lse1) & torch.isneginf(lse2)
+    l1, l2 = lse1.float().masked_fill(empty, 0.0), lse2.float().masked_fill(empty, 0.0)
+    lse = torch.logaddexp(l1, l2)
+    out = torch.exp(l1 - lse)[..., None] * out1.float() + torch.exp(l2 - lse)[..., None] * out2.float()
+    out = out.masked_fill(empty[..., None], 0.0)
+    return out.to(out1.dtype), lse.masked_fill(empty, float("-inf"))

@@ -206,3 +206,91 @@ def tree_mask(parents, past_len):
         step = step @ parent
         reach = reach + step
     return torch.cat([torch.ones(N, past_len, dtype=torch.bool, device=parents.device), reach > 0], dim=1)
+
+
+def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked scaled dot-product attention that also returns each row's log-sum-exp.
+
+    Args:
+        q: (B, H, Lq, d). k: (B, H, Lk, d). v: (B, H, Lk, dv).
+        mask: bool broadcastable to (B, H, Lq, Lk), True = may attend; or None.
+
+    Returns:
+        (out (B, H, Lq, dv) in q's dtype, 0 on fully masked rows;
+         lse (B, H, Lq) float32, log of the sum of exp(q·k / sqrt(d)) over allowed keys, -inf on empty rows).
+    """
+    scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    empty = torch.isneginf(scores).all(dim=-1)  # (B, H, Lq): no allowed key
+    safe = scores.masked_fill(empty[..., None], 0.0)  # finite rows: no NaN in the backward
+    lse = torch.logsumexp(safe, dim=-1).masked_fill(empty, float("-inf"))  # (B, H, Lq)
+    weights = torch.softmax(safe, dim=-1).masked_fill(empty[..., None], 0.0)  # (B, H, Lq, Lk)
+    return (weights @ v.float()).to(q.dtype), lse
+
+
+def merge_partials(out1: torch.Tensor, lse1: torch.Tensor, out2: torch.Tensor,
+                   lse2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over two disjoint key sets, merged into attention over their union.
+
+    Args:
+        out1, out2: (..., Lq, dv), one dtype, 0 where a set held no allowed key.
+        lse1, lse2: (..., Lq) float32, -inf where a set held no allowed key.
+
+    Returns:
+        (out (..., Lq, dv) in out1's dtype, lse (..., Lq) float32); 0 and -inf where both are empty.
+    """
+    if out1.shape != out2.shape or lse1.shape != lse2.shape or lse1.shape != out1.shape[:-1]:
+        raise ValueError(f"out1 {tuple(out1.shape)}, out2 {tuple(out2.shape)} (..., Lq, dv) and "
+                         f"lse1 {tuple(lse1.shape)}, lse2 {tuple(lse2.shape)} (..., Lq) do not agree")
+    l1, l2 = lse1.float(), lse2.float()
+    m = torch.maximum(l1, l2).detach()  # (..., Lq): a shift that cancels
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # both empty: shift by 0
+    w1, w2 = torch.exp(l1 - m), torch.exp(l2 - m)  # (..., Lq), each in [0, 1]
+    total = w1 + w2
+    empty = total == 0  # both parts empty
+    total = total.masked_fill(empty, 1.0)
+    lse = (m + torch.log(total)).masked_fill(empty, float("-inf"))
+    out = (w1 / total)[..., None] * out1.float() + (w2 / total)[..., None] * out2.float()
+    return out.to(out1.dtype), lse
+
+
+def zigzag_ring_mask(L: int, world: int, rank: int, step: int, *, device=None) -> torch.Tensor:
+    """The causal mask of ring step `step` on rank `rank`, zigzag sharding.
+
+    Args:
+        L: sequence length, divisible by 2·world. world: ranks, >= 1.
+        rank: 0 <= rank < world. step: 0 <= step < world; the keys are those of rank (rank - step) mod world.
+
+    Returns:
+        bool (2c, 2c), c = L / (2·world): True where query i's global position >= key j's.
+    """
+    if world < 1 or L < 1 or L % (2 * world):
+        raise ValueError(f"L = {L} must be divisible by 2·world = {2 * world} (world >= 1)")
+    if not (0 <= rank < world and 0 <= step < world):
+        raise ValueError(f"rank = {rank} and step = {step} must be in 0 .. world - 1 = {world - 1}")
+    c = L // (2 * world)
+    t = torch.arange(c, device=device)
+
+    def positions(r):  # (2c,): chunks r and 2·world - 1 - r
+        return torch.cat([r * c + t, (2 * world - 1 - r) * c + t])
+
+    q_pos, k_pos = positions(rank), positions((rank - step) % world)
+    return q_pos[:, None] >= k_pos[None, :]  # (2c, 2c)
+
+
+def chunked_local_mask(Lq: int, Lk: int, chunk: int, *, device=None) -> torch.Tensor:
+    """Chunked local attention, queries aligned bottom-right.
+
+    Args:
+        Lq: queries, 1 <= Lq <= Lk. Lk: keys. chunk: chunk size, >= 1.
+
+    Returns:
+        bool (Lq, Lk): query i at p = Lk - Lq + i sees key j iff j <= p and j // chunk == p // chunk.
+    """
+    if Lq < 1 or Lq > Lk or chunk < 1:
+        raise ValueError(f"expected 1 <= Lq <= Lk and chunk >= 1; got Lq = {Lq}, Lk = {Lk}, chunk = {chunk}")
+    p = (Lk - Lq + torch.arange(Lq, device=device))[:, None]  # (Lq, 1)
+    j = torch.arange(Lk, device=device)[None, :]  # (1, Lk)
+    return (j <= p) & (j // chunk == p // chunk)  # (Lq, Lk)
