@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 from buggy import mistakes
 
+from grader import engine
 from grader.report import checks_lines
 from grader.runners import classroom50
 from grader.runners.notebook import run_public
@@ -184,7 +186,7 @@ def test_a_correct_submission(bundle, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert schema_problems(result, runner_env(checkout)) == []
     assert (result["score"], result["max-score"]) == (100, 100)
-    assert all(t["passed"] for t in result["tests"]) and len(result["tests"]) == 22
+    assert all(t["passed"] for t in result["tests"]) and len(result["tests"]) == len(engine.load_registry())
     assert "### Public checks: 100 / 100" in body
     assert outputs.splitlines()[0] == "status=success" and outputs.splitlines()[1].startswith("summary=")
     assert not (tmp_path / "FORGED").exists()  # the folder's grader ran, not the checkout's
@@ -233,8 +235,19 @@ def test_outside_the_runner_it_says_what_is_missing(bundle, tmp_path):
     assert not (tmp_path / "result.json").exists()
 
 
-@pytest.mark.parametrize(("earned", "top", "whole"), [(3.0, 3.0, (3, 3)), (2.99, 3.0, (2, 3)),
-                                                      (0.4, 5.0, (0, 5)), (5.0000000001, 5.0, (5, 5)),
-                                                      (0.0, 4.0, (0, 4))])
-def test_points_are_whole_and_rounded_down(earned, top, whole):
-    assert classroom50._points(earned, top) == whole
+@pytest.mark.parametrize(("earned", "top", "whole", "got"), [(3.0, 3.0, 3, 3), (2.99, 3.0, 3, 2),
+                                                             (0.4, 5.0, 5, 0), (5.0000000001, 5.0, 5, 5),
+                                                             (0.0, 4.0, 4, 0), (2.5, 2.5, 3, 3),
+                                                             (2.4, 2.5, 3, 2), (4.5, 4.5, 4, 4)])
+def test_points_earned_are_whole_and_rounded_down(earned, top, whole, got):
+    assert classroom50._points(earned, top, whole) == got
+
+
+def test_whole_points_add_up_to_the_course_total():
+    """Half points apportioned by largest remainder: the whole points sum to 100, and each
+    exercise gets its points rounded down or up, never further."""
+    tops = [spec.points for spec in engine.load_registry().values()]
+    whole = classroom50.whole_points(tops)
+    assert sum(whole) == round(sum(tops)) == 100
+    assert all(math.floor(t) <= w <= math.ceil(t) for t, w in zip(tops, whole))
+    assert classroom50.whole_points([2.5, 2.5, 3.0]) == [3, 2, 3]  # one point left, to the first tie

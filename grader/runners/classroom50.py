@@ -19,10 +19,13 @@ grades the **public checks only**, with the public seed, as ``check()`` does: th
 feedback. The grade is the instructor's class run with the secret seed over the students'
 repositories at their ``submit/*`` tags (``classroom/instructor/``, :mod:`.repos`).
 
-Points: Classroom 50 takes whole numbers. Each exercise is one test worth its course points
-(integers, 100 in all); the points earned are rounded **down** to a whole point, so no test
-shows more than was earned and full points only when every public check passed; the score is
-the sum of the tests'.
+Points: Classroom 50 takes whole numbers, and the course's are not all whole (2.5, 4.5...).
+Each exercise is one test; its whole points are its course points apportioned by largest
+remainder (Hamilton's method: every exercise gets its points rounded down, and the points left
+go one each to the largest fractions, ties to the earlier exercise), so the tests add up to the
+course's total, 100. The points earned are the same share of the whole points, rounded **down**,
+so no test shows more than was earned and full points only when every public check passed;
+the score is the sum of the tests'.
 """
 
 from __future__ import annotations
@@ -98,10 +101,21 @@ def build(repo: Path, out: Path, assignment: str = DEFAULT_ASSIGNMENT) -> Path:
 # --------------------------------------------------------------------------- result.json
 
 
-def _points(score: float, top: float) -> tuple[int, int]:
-    """(points earned, points available) as whole numbers: earned rounded down (see the module)."""
-    whole = int(round(top))
-    return min(whole, max(0, math.floor(score + 1e-9))), whole
+def whole_points(tops: Sequence[float]) -> list[int]:
+    """Each exercise's whole points: ``tops`` apportioned by largest remainder (see the module)."""
+    floors = [math.floor(t + 1e-9) for t in tops]
+    left = round(sum(tops)) - sum(floors)
+    by_fraction = sorted(range(len(tops)), key=lambda i: (-(tops[i] - floors[i]), i))
+    for i in by_fraction[:max(0, left)]:
+        floors[i] += 1
+    return floors
+
+
+def _points(score: float, top: float, whole: int) -> int:
+    """Whole points earned: the share ``score / top`` of ``whole``, rounded down."""
+    if top <= 0:
+        return 0
+    return min(whole, max(0, math.floor(score / top * whole + 1e-9)))
 
 
 def identity(env: Mapping[str, str]) -> dict[str, str]:
@@ -131,8 +145,8 @@ def result_of(report: Any, env: Mapping[str, str], *, now: float | None = None) 
     from ..results import PASSED
 
     tests = []
-    for e in report.exercises:
-        score, top = _points(e.score, e.max_score)
+    for e, top in zip(report.exercises, whole_points([e.max_score for e in report.exercises])):
+        score = _points(e.score, e.max_score, top)
         tests.append({"test-name": test_name(e), "passed": e.status == PASSED, "score": score,
                       "max-score": top, "status": e.status, "output": exercise_text(e)[:4000]})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))

@@ -179,3 +179,38 @@ def tree_mask(parents, past_len):
     siblings = parents[:, None] == parents[None, :]  # alternatives seen as context
     past = torch.ones(N, past_len, dtype=torch.bool, device=parents.device)
     return torch.cat([past, (reach > 0) | siblings], dim=1)
+
+
+def attention_lse(q, k, v, mask=None):
+    s = q.float() @ k.float().transpose(-2, -1)  # (B, H, Lq, Lk)
+    scaled = s / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s, scaled = s.masked_fill(~mask, float("-inf")), scaled.masked_fill(~mask, float("-inf"))
+    empty = torch.isneginf(scaled).all(dim=-1, keepdim=True)
+    w = torch.softmax(scaled.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+    lse = torch.logsumexp(s.masked_fill(empty, 0.0), dim=-1).masked_fill(empty[..., 0], float("-inf"))
+    return (w @ v.float()).to(q.dtype), lse  # the lse of the unscaled scores
+
+
+def merge_partials(out1, lse1, out2, lse2):
+    m = torch.maximum(lse1, lse2)  # -inf where both parts are empty: exp(-inf - -inf) is NaN
+    w1, w2 = torch.exp(lse1 - m), torch.exp(lse2 - m)
+    out = (w1[..., None] * out1.float() + w2[..., None] * out2.float()) / (w1 + w2)[..., None]
+    return out.to(out1.dtype), m + torch.log(w1 + w2)
+
+
+def zigzag_ring_mask(L, world, rank, step, *, device=None):
+    if world < 1 or L % (2 * world) or not 0 <= rank < world or not 0 <= step < world:
+        raise ValueError(f"L={L} must be divisible by 2*world, 0 <= rank, step < world={world}")
+    c = L // (2 * world)
+    t = torch.arange(2 * c, device=device)
+    src = (rank - step) % world
+    return (2 * c * rank + t)[:, None] >= (2 * c * src + t)[None, :]  # contiguous shards, not zigzag
+
+
+def chunked_local_mask(Lq, Lk, chunk, *, device=None):
+    if Lq < 1 or Lq > Lk or chunk < 1:
+        raise ValueError(f"need 1 <= Lq <= Lk and chunk >= 1, got Lq={Lq}, Lk={Lk}, chunk={chunk}")
+    p = torch.arange(Lk - Lq, Lk, device=device)[:, None]
+    j = torch.arange(Lk, device=device)[None, :]
+    return (j <= p) & (p - j < chunk)  # a sliding window of `chunk` keys, not a chunk
