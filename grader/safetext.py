@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 #: Characters of one name (a student, a file) shown; the rest is cut.
@@ -64,17 +65,22 @@ def component(s: Any) -> bool:
     return isinstance(s, str) and bool(_COMPONENT.fullmatch(s)) and s not in (".", "..")
 
 
-def clean(x: Any) -> Any:
-    """``x`` (a report, a row, plain containers of strings) with every string :func:`text`;
-    dataclasses are copied, never changed in place."""
+def map_strings(x: Any, fn: Callable[[str], str]) -> Any:
+    """``x`` (a report, a row, plain containers of strings) with ``fn`` applied to every string
+    in it, keys included; dataclasses are copied, never changed in place."""
     if isinstance(x, str):
-        return text(x)
+        return fn(x)
     if isinstance(x, list | tuple):
-        return type(x)(clean(v) for v in x)
+        return type(x)(map_strings(v, fn) for v in x)
     if isinstance(x, dict):
-        return {clean(k): clean(v) for k, v in x.items()}
+        return {map_strings(k, fn): map_strings(v, fn) for k, v in x.items()}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         x = copy.copy(x)
         for f in dataclasses.fields(x):
-            setattr(x, f.name, clean(getattr(x, f.name)))
+            setattr(x, f.name, map_strings(getattr(x, f.name), fn))
     return x
+
+
+def clean(x: Any) -> Any:
+    """``x`` with every string in it :func:`text` (see :func:`map_strings`)."""
+    return map_strings(x, text)

@@ -11,13 +11,11 @@ Plain text from :mod:`grader.results` only; :mod:`grader.report` lays it out.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import re
 from pathlib import Path
-from typing import Any
 
 from .results import CRASHED, FAILED, PARTIAL, PASSED, SKIPPED, TIMED_OUT, CheckResult, ExerciseResult, Report
+from .safetext import map_strings
 
 #: Statuses that get a diagnosis under the table (the others say it all in their row).
 DIAGNOSED = (PARTIAL, FAILED, CRASHED, TIMED_OUT)
@@ -40,21 +38,7 @@ def printable(text: str) -> str:
 
 def printable_report(r: Report) -> Report:
     """A copy of ``r`` with every string in it :func:`printable` (what the terminal shows)."""
-
-    def clean(x: Any) -> Any:
-        if isinstance(x, str):
-            return printable(x)
-        if isinstance(x, list | tuple):
-            return type(x)(clean(v) for v in x)
-        if isinstance(x, dict):
-            return {clean(k): clean(v) for k, v in x.items()}
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            x = copy.copy(x)
-            for f in dataclasses.fields(x):
-                setattr(x, f.name, clean(getattr(x, f.name)))
-        return x
-
-    return clean(r)
+    return map_strings(r, printable)
 
 
 def number(e: ExerciseResult) -> str:
