@@ -112,6 +112,19 @@ def test_every_listed_chapter_exists():
     assert not missing, f"listed in book/_toc.yml but missing: {missing}"
 
 
+def test_no_tex_between_dollars_in_the_chapters():
+    """The book loads no math renderer (offline, see below) and MyST's dollarmath is off, so
+    `$\\text{lse}$` would reach the reader as raw TeX: formulas are written in Unicode."""
+    tex = re.compile(r"\$\$|\$[^$\n]*\\[A-Za-z]+[^$\n]*\$|\$[^$\s`][^$\n`]{0,40}\$")
+    code = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+    found = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "markdown" and tex.search(code.sub("", cell.source)):
+                found.append(f"{path.name} cell {i}: {tex.search(code.sub('', cell.source)).group(0)!r}")
+    assert not found, f"TeX the book cannot render: {found}"
+
+
 def test_build_is_offline_and_self_contained(site):
     """No page loads a script, stylesheet or font from the network: the book
     must render on a machine without internet (e.g. math through a CDN would
