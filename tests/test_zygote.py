@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_
 
 # Facts about the process the student's code runs in, printed as JSON by the student's cell
 # (assignments: a submission's top-level expressions are not run).
+COURSE_DIR = Path(__file__).resolve().parents[1]
 PRIVATE = ("attnmask", "grader.checks", "grader.engine", "grader.diagnose")
 FACTS = r'''
 import json, os, signal, sys, tempfile
@@ -40,6 +41,9 @@ _ = print(json.dumps({
     "uid": os.getuid(),
     "pid": os.getpid(),
     "visible": [p for p in VISIBLE if os.path.lexists(p)],
+    # the course's folder may exist as the mount point of a venv inside it (its .venv), never with content
+    "course": sorted(n for n in (os.listdir(COURSE) if os.path.isdir(COURSE) else [])
+                     if not os.path.exists(os.path.join(COURSE, n, "pyvenv.cfg"))),
     "top": sorted(os.listdir("/")),
     "hash_seed": hash("attention"),
     "safe_path": bool(getattr(sys.flags, "safe_path", True)),
@@ -48,8 +52,10 @@ _ = print(json.dumps({
     "fds": {f: os.readlink(f"/proc/self/fd/{f}") for f in os.listdir("/proc/self/fd")
             if os.path.exists(f"/proc/self/fd/{f}")},
 }))
-'''.replace("PRIVATE", repr(PRIVATE)).replace("VISIBLE", repr([
-    str(Path(__file__).resolve().parents[1]), "/run/grader/shared/server.sock", "/run/lock", "/var"]))
+'''.replace("PRIVATE", repr(PRIVATE)).replace("COURSE", repr(str(COURSE_DIR))).replace(
+    "VISIBLE", repr([*(str(COURSE_DIR / part) for part in
+                       ("attnmask", "grader", "solutions", "exercises", "book", "tests", "README.md")),
+                     "/run/grader/shared/server.sock", "/run/lock", "/var"]))
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +108,7 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     assert "GRADER_SEED" not in facts["env"] and zygote.ZYGOTE_ENV not in facts["env"]
     assert facts["cwd"] == namespaces.WORK and facts["tempdir"] == namespaces.WORK
     assert facts["uid"] == namespaces.UID and facts["pid"] == 1
-    assert facts["visible"] == [], "the course is visible inside the sandbox"
+    assert facts["visible"] == [] and facts["course"] == [], "the course is visible inside the sandbox"
     python_roots = {Path(p).parts[1] for p in (sys.base_prefix, sys.prefix, os.path.realpath(sys.executable))}
     system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "proc", "dev", "tmp", "run"}
     assert set(facts["top"]) <= system | python_roots, facts["top"]
