@@ -16,7 +16,7 @@ sandboxed worker imports this package without pulling in the reference.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SEED", "Report", "check", "check_all", "grade"]
+__all__ = ["DEFAULT_SEED", "Report", "check", "check_all", "explore", "grade"]
 
 _LAZY = {
     "grade": ("engine", "grade"),
@@ -24,6 +24,7 @@ _LAZY = {
     "Report": ("results", "Report"),
     "check": ("runners.notebook", "check"),
     "check_all": ("runners.notebook", "check_all"),
+    "explore": ("explore_cells", "explore"),
 }
 
 
