@@ -65,7 +65,9 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("book")
     code, report = build_book.build(out)
     assert code == 0, "book build failed:\n" + "\n".join(report["problems"])
-    assert report["seconds"] < 60, f"the build took {report['seconds']:.0f} s; it should take under a minute"
+    # No bound on the build's wall time: it depends on the machine's load, and a test that fails on a
+    # busy machine says nothing about the book. scripts/build_book.py prints the time.
+    print(f"book built in {report['seconds']:.0f} s")
     return out / "_build" / "html"
 
 
@@ -123,6 +125,49 @@ def test_no_tex_between_dollars_in_the_chapters():
             if cell.cell_type == "markdown" and tex.search(code.sub("", cell.source)):
                 found.append(f"{path.name} cell {i}: {tex.search(code.sub('', cell.source)).group(0)!r}")
     assert not found, f"TeX the book cannot render: {found}"
+
+
+def transformers_imports() -> dict[str, set[str]]:
+    """{module: names} of every `from transformers... import ...` in the chapters' code cells."""
+    stmt = re.compile(r"^from (transformers[\w.]*) import \(?([^)]*?)\)?\s*(?:#.*)?$", re.M | re.S)
+    found: dict[str, set[str]] = {}
+    for path in sorted(BOOK.glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            # join parenthesised imports onto one line, then read each statement
+            source = re.sub(r"\(\s*([^)]*?)\s*\)", lambda m: "(" + " ".join(m.group(1).split()) + ")",
+                            cell.source)
+            for line in source.splitlines():
+                if m := stmt.match(line.strip()):
+                    names = {n.strip().split(" as ")[0] for n in m.group(2).split(",") if n.strip()}
+                    found.setdefault(m.group(1), set()).update(names)
+            for name in re.findall(r"\bmasking_utils\.(\w+)", cell.source):  # attributes read off the module
+                found.setdefault("transformers.masking_utils", set()).add(name)
+    return found
+
+
+def test_installed_transformers_is_in_the_pinned_range_and_has_what_the_chapters_import():
+    """The chapters print what transformers' own (partly private) code does: the stored outputs hold
+    for the release range requirements.txt allows, and every name a chapter imports must exist."""
+    from importlib import import_module
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    spec = next(Requirement(ln) for ln in lines if re.match(r"transformers\b", ln.strip()))
+    assert spec.specifier, "requirements.txt must bound transformers: the chapters call private functions"
+    installed = version("transformers")
+    assert spec.specifier.contains(installed), (
+        f"transformers {installed} is installed; the chapters' stored outputs were made within "
+        f"{spec.specifier}. Install that range, or re-run chapters 7, 9, 10 and 11 and check their text "
+        "(book/instructors.md, 'When transformers changes') before moving the pin.")
+    imports = transformers_imports()
+    assert "transformers.masking_utils" in imports, "the chapters' transformers imports were not found"
+    missing = [f"{mod}.{name}" for mod, names in sorted(imports.items()) for name in sorted(names)
+               if not hasattr(import_module(mod), name)]
+    assert not missing, f"transformers {installed} lacks names the chapters import: {missing}"
 
 
 def test_build_is_offline_and_self_contained(site):
