@@ -161,7 +161,7 @@ def test_installed_transformers_is_in_the_pinned_range_and_has_what_the_chapters
     installed = version("transformers")
     assert spec.specifier.contains(installed), (
         f"transformers {installed} is installed; the chapters' stored outputs were made within "
-        f"{spec.specifier}. Install that range, or re-run chapters 7, 9, 10 and 11 and check their text "
+        f"{spec.specifier}. Install that range, or re-run chapters 2, 7, 9, 10 and 11 and check their text "
         "(book/instructors.md, 'When transformers changes') before moving the pin.")
     imports = transformers_imports()
     assert "transformers.masking_utils" in imports, "the chapters' transformers imports were not found"
