@@ -29,7 +29,7 @@ from . import judges as J
 from . import merging as MG
 from . import properties as P
 from .ch2_softmax import with_empty_row
-from .ch8_speed import qkv
+from .ch8_speed import exact_qkv, qkv
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -179,7 +179,10 @@ def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "mask broadcasts: (Lq, Lk), (B, 1, 1, Lk) padding with an empty row, no mask",
                  [Call((*x(), with_empty_row(cases.random_mask(gen, Lq, Lk), gen))), Call((*x(), keys)),
                   Call(x())]),
-        J.values(R, "large scores (≈ 1e4) next to blocked keys", [Call((*x(scale=100.0), per_head()))]),
+        J.values(R, "large scores (≈ 1e4) next to blocked keys",
+                 [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "large"), per_head()))]),
+        J.values(R, "rows whose every score is below -2e9 (lse ≈ -1e10)",
+                 [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "negative"), per_head()))]),
         J.values(R, "float16 (lse in float32)", [Call((*x(F16), per_head()))]),
         J.values(R, "bfloat16 (lse in float32)", [Call((*x(BF16), per_head()))]),
         # A necessary condition, not a value: unmasked attention (or constants) merge consistently too.
@@ -187,7 +190,7 @@ def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
               parted(gen, *x()) + parted(gen, *x(), empty=False),
               MG.partition_judge(R, MERGES_NOT), kind="property"),
         P.gradients(R, "finite gradients with fully masked rows, match reference",
-                    [Call((*x(), per_head()))]),
+                    [Call((*x(), cases.two_keys_or_none(per_head())))]),
         J.dtypes(R, "out in the inputs' dtype, lse float32",
                  [Call((*x(dt), per_head())) for dt in cases.FLOATS]),
         P.on_device(R, "on the inputs' device (meta), with and without a mask",
