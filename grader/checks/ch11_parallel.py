@@ -71,6 +71,14 @@ X = MISTAKES11
 
 # --------------------------------------------------------------------------- attention_lse
 
+def half_exact(gen, B, H, Lq, Lk, dv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float16 (q, k, v), head width 4, q and k integers in 46 .. 64: every score q·k / 2 lies in
+    4232 .. 8192 and is exact in float32, while float16 rounds it to a multiple of 4 (or 8)."""
+    q = cases.randint_(gen, (B, H, Lq, cases.EXACT_D), 46, 64).half()
+    k = cases.randint_(gen, (B, H, Lk, cases.EXACT_D), 46, 64).half()
+    return q, k, cases.randn(gen, B, H, Lk, dv, dtype=F16)
+
+
 def _lse_parts(args, kwargs):
     q, k, v = args[:3]
     mask = args[3] if len(args) > 3 else kwargs.get("mask")
@@ -181,6 +189,8 @@ def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                   Call(x())]),
         J.values(R, "large scores (≈ 1e4) next to blocked keys",
                  [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "large"), per_head()))]),
+        J.values(R, "float16 inputs whose scores (4096 .. 8192) float16 cannot hold: scores in float32",
+                 [Call(half_exact(gen, B, H, Lq, Lk, dv))]),
         J.values(R, "rows whose every score is below -2e9 (lse ≈ -1e10)",
                  [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "negative"), per_head()))]),
         J.values(R, "float16 (lse in float32)", [Call((*x(F16), per_head()))]),
@@ -360,10 +370,18 @@ def zigzag_ring_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     ]
     if not hidden:
         return checks
+    far = 2**20  # world: chunks of 16 whose late halves lie past 2**24, where float32 skips integers
     return checks + [
         J.values(R, "every step of the last rank (random world and L)",
                  [Call((L, world, world - 1, s)) for s in range(world)]),
         ring_check(2 * 3 * cases.integer(gen, 1, 2), 3),
+        J.values(R, "positions past 2**24 (L = 2**25, world = 2**20): integer positions, not float32",
+                 [Call((32 * far, far, cases.integer(gen, 0, far - 1), 0)),
+                  Call((32 * far, far, cases.integer(gen, 0, far - 1), 1))]),
+        J.raises(R.name, R.arg_names, "a negative step, L < 1 and world < 1 raise ValueError",
+                 [Call((L, world, 0, -1)), Call((0, world, 0, 0)), Call((-L, world, 0, 0)),
+                  Call((L, 0, 0, 0))],
+                 "L >= 1, world >= 1, and 0 <= rank, step < world"),
     ]
 
 
