@@ -73,3 +73,66 @@ def doc_ids(gen: torch.Generator, B: int, L: int) -> torch.Tensor:
         bounds = [0, *cuts, L]
         rows.append(torch.cat([torch.full((bounds[r + 1] - bounds[r],), runs[r]) for r in range(len(runs))]))
     return torch.stack(rows)
+
+
+# --------------------------------------------------------------------------- scores far from 0
+#
+# Random normal q and k scaled up give large scores, but float32 rounds a score of 1e5 to about
+# 0.01, and two keys within a few such steps of each other make the softmax ill-conditioned: a
+# correct float32 answer then differs from the float64 reference by more than any fair tolerance
+# (seed 29 failed the course's own tiled_attention that way). The cases below are exact instead:
+# integer entries times a power of two, and d = 4 so that the scale 1/sqrt(d) = 0.5 is exact, so
+# every way of computing the scores in float32 gives the same, exact numbers, however large.
+
+#: Head width of the exact cases: 1/sqrt(4) = 0.5 is exact in every float type.
+EXACT_D = 4
+
+
+def exact_qk(gen: torch.Generator, q_shape: tuple[int, ...], k_shape: tuple[int, ...], kind: str
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 q ``q_shape`` and k ``k_shape`` (last dim :data:`EXACT_D`) whose scores q·k / 2 are
+    exact in float32. ``kind``: "large" (either sign, up to about 1e5), "huge" (either sign, about
+    1e9 to 1e10) or "negative" (every score of every row below -2e9: a blocked key filled with
+    -1e9 instead of -inf, or a running max started at 0 or -1e9, then outweighs every allowed key)."""
+    if kind == "large":
+        qi, ki, unit = randint_(gen, q_shape, -200, 200), randint_(gen, k_shape, -200, 200), 0
+    elif kind == "huge":
+        qi, ki, unit = randint_(gen, q_shape, -8, 8), randint_(gen, k_shape, -8, 8), 14
+    elif kind == "negative":
+        qi, ki, unit = randint_(gen, q_shape, 1, 8), -randint_(gen, k_shape, 1, 8), 15
+    else:
+        raise ValueError(f"kind is {kind!r}; expected 'large', 'huge' or 'negative'")
+    scale = float(2**unit)
+    return qi.float() * scale, ki.float() * scale
+
+
+def randint_(gen: torch.Generator, shape: tuple[int, ...], low: int, high: int) -> torch.Tensor:
+    """long ``shape`` uniform in ``[low, high]`` (both ends included)."""
+    return torch.randint(low, high + 1, shape, generator=gen)
+
+
+def exact_scores(gen: torch.Generator, *shape: int, kind: str) -> torch.Tensor:
+    """float32 scores ``shape`` far from 0 that float32 holds exactly: "huge" (±1e10) or "negative"
+    (every entry about -1e10, below a -1e9 fill)."""
+    if kind == "huge":
+        return randint_(gen, shape, -2**9, 2**9).float() * 2.0**24
+    if kind == "negative":
+        return -randint_(gen, shape, 2**9, 2**10).float() * 2.0**24
+    raise ValueError(f"kind is {kind!r}; expected 'huge' or 'negative'")
+
+
+def two_keys_or_none(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` with every row that allows exactly one key given a second one (the next key, or
+    the previous one for the last key). Gradient checks use it: in a row with one allowed key the
+    softmax's normaliser is exactly 1, where a reasonable answer's ``clamp(min=1)`` sits on its
+    kink, and torch changed the gradient it picks there (2.13: 1, 2.14: 0). With two or more keys
+    the normaliser is above 1 and every reasonable answer's gradient is the same."""
+    mask = mask.clone()
+    Lk = mask.shape[-1]
+    if Lk < 2:
+        return mask
+    single = mask.sum(-1, keepdim=True) == 1  # (..., 1)
+    where = mask.int().argmax(-1, keepdim=True)  # (..., 1): the one allowed key
+    other = torch.where(where == Lk - 1, where - 1, where + 1)
+    extra = torch.zeros_like(mask).scatter_(-1, other, True) & single
+    return mask | extra

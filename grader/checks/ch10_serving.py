@@ -316,6 +316,14 @@ def paged_case(gen: torch.Generator, lens: list[int], Lq: int, S: int, H: int = 
     return q.to(dtype), k_cache.to(dtype), v_cache.to(dtype), table, torch.tensor(lens)
 
 
+def negative_scores(gen: torch.Generator, case: tuple) -> tuple:
+    """``case`` (head width 4) with q and every cache slot replaced so that every score is exact in
+    float32 and below -2e9 (:func:`grader.cases.exact_qk`)."""
+    q, k_cache, v_cache, table, lens = case
+    q, k_cache = cases.exact_qk(gen, tuple(q.shape), tuple(k_cache.shape), "negative")
+    return q, k_cache, v_cache, table, lens
+
+
 @exercise(4.0, "paged_attention(q, k_cache, v_cache, block_table, context_lens): (B, H, Lq, dv), query i at "
           "position context_lens[b] - Lq + i attends positions 0 .. its own, found at block "
           "block_table[b, p // S], slot p % S; scale 1/sqrt(d); slots at or past context_lens[b] "
@@ -335,6 +343,7 @@ def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     S, Lq = cases.integer(gen, 2, 4), cases.integer(gen, 2, 3)
     lens = [cases.integer(gen, 2, 4) * S, cases.integer(gen, Lq, 3 * S), Lq, cases.integer(gen, S + 1, 4 * S)]
     case = lambda dtype=F32, lq=Lq: paged_case(gen, lens, lq, S, dtype=dtype)  # noqa: E731
+    two_keys = [max(n, Lq + 1) for n in lens]
     return checks + [
         J.values(R, "chunks: a sequence ending on a block border, one of exactly Lq tokens", [Call(case())]),
         J.values(R, "decode (Lq = 1), blocks of 1 and blocks longer than every sequence",
@@ -345,7 +354,13 @@ def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "float16", [Call(case(F16))]),
         J.values(R, "bfloat16", [Call(case(BF16))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call(case(dt)) for dt in cases.FLOATS]),
-        P.gradients(R, "gradients in q, k_cache and v_cache match the reference", [Call(case())]),
+        # Every query sees two keys or more here (see grader.cases.two_keys_or_none); the NaN stale
+        # slots must not reach a gradient either.
+        P.gradients(R, "gradients in q, k_cache and v_cache match the reference, NaN in stale slots",
+                    [Call(paged_case(gen, two_keys, Lq, S)),
+                     Call(paged_case(gen, two_keys, Lq, S, stale=math.nan))]),
+        J.values(R, "rows whose every score is below -2e9 (a -1e9 fill outweighs them)",
+                 [Call(negative_scores(gen, paged_case(gen, lens, Lq, S, d=cases.EXACT_D)))]),
         P.on_device(R, "on the inputs' device, vectorised (meta)", [Call(case(), device="meta")]),
         P.unchanged(R, "does not modify the inputs", [Call(case())]),
         P.on_cuda(R, "matches on CUDA", [Call(case()), Call(case(F16))]),

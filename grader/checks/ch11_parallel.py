@@ -29,7 +29,7 @@ from . import judges as J
 from . import merging as MG
 from . import properties as P
 from .ch2_softmax import with_empty_row
-from .ch8_speed import qkv
+from .ch8_speed import exact_qkv, qkv
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -70,6 +70,14 @@ X = MISTAKES11
 
 
 # --------------------------------------------------------------------------- attention_lse
+
+def half_exact(gen, B, H, Lq, Lk, dv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float16 (q, k, v), head width 4, q and k integers in 46 .. 64: every score q·k / 2 lies in
+    4232 .. 8192 and is exact in float32, while float16 rounds it to a multiple of 4 (or 8)."""
+    q = cases.randint_(gen, (B, H, Lq, cases.EXACT_D), 46, 64).half()
+    k = cases.randint_(gen, (B, H, Lk, cases.EXACT_D), 46, 64).half()
+    return q, k, cases.randn(gen, B, H, Lk, dv, dtype=F16)
+
 
 def _lse_parts(args, kwargs):
     q, k, v = args[:3]
@@ -179,7 +187,12 @@ def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "mask broadcasts: (Lq, Lk), (B, 1, 1, Lk) padding with an empty row, no mask",
                  [Call((*x(), with_empty_row(cases.random_mask(gen, Lq, Lk), gen))), Call((*x(), keys)),
                   Call(x())]),
-        J.values(R, "large scores (≈ 1e4) next to blocked keys", [Call((*x(scale=100.0), per_head()))]),
+        J.values(R, "large scores (≈ 1e4) next to blocked keys",
+                 [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "large"), per_head()))]),
+        J.values(R, "float16 inputs whose scores (4096 .. 8192) float16 cannot hold: scores in float32",
+                 [Call(half_exact(gen, B, H, Lq, Lk, dv))]),
+        J.values(R, "rows whose every score is below -2e9 (lse ≈ -1e10)",
+                 [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "negative"), per_head()))]),
         J.values(R, "float16 (lse in float32)", [Call((*x(F16), per_head()))]),
         J.values(R, "bfloat16 (lse in float32)", [Call((*x(BF16), per_head()))]),
         # A necessary condition, not a value: unmasked attention (or constants) merge consistently too.
@@ -187,7 +200,7 @@ def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
               parted(gen, *x()) + parted(gen, *x(), empty=False),
               MG.partition_judge(R, MERGES_NOT), kind="property"),
         P.gradients(R, "finite gradients with fully masked rows, match reference",
-                    [Call((*x(), per_head()))]),
+                    [Call((*x(), cases.two_keys_or_none(per_head())))]),
         J.dtypes(R, "out in the inputs' dtype, lse float32",
                  [Call((*x(dt), per_head())) for dt in cases.FLOATS]),
         P.on_device(R, "on the inputs' device (meta), with and without a mask",
@@ -357,10 +370,18 @@ def zigzag_ring_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     ]
     if not hidden:
         return checks
+    far = 2**20  # world: chunks of 16 whose late halves lie past 2**24, where float32 skips integers
     return checks + [
         J.values(R, "every step of the last rank (random world and L)",
                  [Call((L, world, world - 1, s)) for s in range(world)]),
         ring_check(2 * 3 * cases.integer(gen, 1, 2), 3),
+        J.values(R, "positions past 2**24 (L = 2**25, world = 2**20): integer positions, not float32",
+                 [Call((32 * far, far, cases.integer(gen, 0, far - 1), 0)),
+                  Call((32 * far, far, cases.integer(gen, 0, far - 1), 1))]),
+        J.raises(R.name, R.arg_names, "a negative step, L < 1 and world < 1 raise ValueError",
+                 [Call((L, world, 0, -1)), Call((0, world, 0, 0)), Call((-L, world, 0, 0)),
+                  Call((L, 0, 0, 0))],
+                 "L >= 1, world >= 1, and 0 <= rank, step < world"),
     ]
 
 

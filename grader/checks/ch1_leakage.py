@@ -53,8 +53,9 @@ def attention_fn(gen: torch.Generator, d: int, causal: bool) -> FnSpec:
     return FnSpec("attention", {"w_q": w(), "w_k": w(), "w_v": w(), "causal": causal})
 
 
-def mix_fn(gen: torch.Generator, L: int, d: int, d_out: int) -> FnSpec:
-    return FnSpec("mix", {"a": cases.randn(gen, L, L), "w": cases.randn(gen, d, d_out)})
+def mix_fn(gen: torch.Generator, L: int, d: int, d_out: int, scale: float = 1.0) -> FnSpec:
+    return FnSpec("mix", {"a": cases.randn(gen, L, L, scale=scale),
+                          "w": cases.randn(gen, d, d_out, scale=scale)})
 
 
 def diagnose_influence(args, kwargs, got, index, dtype) -> str | None:
@@ -95,7 +96,7 @@ def grad_of_sum(f, x: torch.Tensor) -> torch.Tensor:
 
 
 INFLUENCE = J.Recipe("influence_matrix", am.influence_matrix, ("f", "x"),
-                     (J.Out("influence", "number", "(L, L)", dtype=lambda a, k: None),),
+                     (J.Out("influence", "number", "(L, L)", dtype=lambda a, k: a[1].dtype),),
                      diagnose_influence, kept=(1,))
 
 
@@ -122,6 +123,10 @@ def influence_matrix_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((FnSpec("elementwise", {"scale": 0.5 + float(torch.rand((), generator=gen))}), x()))]),
         J.values(R, "token mixing, d' ≠ d (random)", [Call((mix_fn(gen, L, d, d + 3), x()))]),
         J.values(R, "matches reference (float16 x)", [Call((mix_fn(gen, L, d, d), x(torch.float16)))]),
+        # Jacobian entries above 256: their squares overflow float16 (65504), their norms do not.
+        J.values(R, "float16 x whose Jacobian entries pass 256 (square in float32)",
+                 [Call((mix_fn(gen, L, d, d, scale=24.0), x(torch.float16)))]),
+        J.dtypes(R, "in x's dtype", [Call((mix_fn(gen, L, d, d), x(dt))) for dt in cases.FLOATS]),
         P.unchanged(R, "does not modify x", [Call((attention_fn(gen, d, True), x()))]),
         P.on_cuda(R, "matches on CUDA", [Call((attention_fn(gen, d, True), x()))]),
     ]

@@ -181,8 +181,14 @@ def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "bfloat16, with a fully masked row",
                  [Call((s(BF16), full())), Call((s(BF16), square()))]),
         J.values(R, "very negative scores (≈ -1e5)", [Call((very_negative, full()))]),
+        # a -1e9 fill passes the case above; it outweighs allowed scores of -1e10
+        J.values(R, "scores of ±1e10, and rows whose every score is about -1e10",
+                 [Call((cases.exact_scores(gen, B, H, Lq, Lk, kind="huge"), full())),
+                  Call((cases.exact_scores(gen, B, H, Lq, Lk, kind="negative"), full()))]),
         J.dtypes(R, "keeps the scores' dtype", [Call((s(d), full())) for d in cases.FLOATS]),
-        P.gradients(R, "finite gradients, match reference", [Call((s(), full())), Call((s(BF16), square()))]),
+        P.gradients(R, "finite gradients, match reference",
+                    [Call((s(), cases.two_keys_or_none(full()))),
+                     Call((s(BF16), cases.two_keys_or_none(square())))]),
         P.unchanged(R, "does not modify inputs", [Call((s(), full()))]),
         P.on_cuda(R, "matches on CUDA", [Call((s(F16), full())), Call((s(), keys()))]),
         J.values(R, "large scores at blocked keys (≈ +1e4), with a fully masked row",
@@ -299,6 +305,10 @@ def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         return (cases.randn(gen, *lead, Lq, d, dtype=dtype), cases.randn(gen, *lead, Lk, d, dtype=dtype),
                 cases.randn(gen, *lead, Lk, dv, dtype=dtype))
 
+    def exact(kind):  # head width 4, scores exact in float32 however large (grader.cases.exact_qk)
+        q, k = cases.exact_qk(gen, (B, H, Lq, cases.EXACT_D), (B, H, Lk, cases.EXACT_D), kind)
+        return q, k, cases.randn(gen, B, H, Lk, dv)
+
     full = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
     keys = lambda: cases.random_mask(gen, B, 1, 1, Lk) | (torch.arange(Lk) == 0)  # noqa: E731
     square = lambda: with_empty_row(cases.random_mask(gen, Lq, Lk), gen)  # noqa: E731
@@ -315,7 +325,10 @@ def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         Check("padded tokens do not change real outputs", padding_pairs(gen, B + 1, 6, d),
               P.pair_judge(R, real_rows, M["padding_leak"]), kind="property"),
         P.gradients(R, "finite gradients, match reference",
-                    [Call((*qkv(), full())), Call((*qkv(BF16), keys()))]),
+                    [Call((*qkv(), cases.two_keys_or_none(full()))),
+                     Call((*qkv(BF16), cases.two_keys_or_none(keys())))]),
+        J.values(R, "rows whose every score is below -2e9 (a -1e9 fill outweighs them)",
+                 [Call((*exact("negative"), full())), Call((*exact("huge"), keys()))]),
         P.unchanged(R, "does not modify inputs", [Call((*qkv(), full()))]),
         P.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), full())), Call((*qkv(), keys()))]),
         J.values(R, "large scores at blocked keys, with a fully masked row",

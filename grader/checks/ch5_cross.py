@@ -222,13 +222,27 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
              None: lambda: None}[mask]()
         return Call((xq, xkv, *weights(gen, D, dtype), H) + ((m,) if m is not None else ()))
 
+    def negative(mask: bool) -> Call:
+        """D = 8, H = 2 (head width 4), integer inputs and q/k weights: every score is exact in float32
+        and below -2e9 (q projections positive, k projections negative; see grader.cases.exact_qk)."""
+        xq = cases.randint_(gen, (B, Lq, 8), 1, 4).float() * 2.0**12
+        xkv = cases.randint_(gen, (B, Lk, 8), 1, 4).float() * 2.0**12
+        w_q = cases.randint_(gen, (8, 8), 1, 3).float()
+        w_k = -cases.randint_(gen, (8, 8), 1, 3).float()
+        _, _, w_v, w_o = weights(gen, 8)
+        keys = am.padding_mask(cases.positive_lengths(gen, B, Lk), Lk)[:, None, None, :]
+        return Call((xq, xkv, w_q, w_k, w_v, w_o, 2) + ((keys,) if mask else ()))
+
     return checks + [
         J.values(R, "matches reference (B=2, Lq ≠ Lk, random masks)",
                  [call(), call(mask="keys"), call(mask="square"), call(mask=None)]),
+        # Each value check calls with and without a mask: an answer wrong on one branch fails most.
         J.values(R, "one head, and one head per feature",
-                 [call(H=1, mask="keys"), call(D=8, H=8, mask="keys")]),
-        J.values(R, "float16", [call(F16), call(F16, mask="keys")]),
-        J.values(R, "bfloat16", [call(BF16), call(BF16, mask="keys")]),
+                 [call(H=1, mask="keys"), call(D=8, H=8, mask="keys"), call(H=1, mask=None)]),
+        J.values(R, "float16", [call(F16), call(F16, mask="keys"), call(F16, mask=None)]),
+        J.values(R, "bfloat16", [call(BF16), call(BF16, mask="keys"), call(BF16, mask=None)]),
+        J.values(R, "rows whose every score is below -2e9 (a -1e9 fill outweighs them), with and without "
+                 "a mask", [negative(mask=True), negative(mask=False)]),
         J.dtypes(R, "keeps the inputs' dtype", [call(d, mask="keys") for d in cases.FLOATS]),
         Check("future tokens do not change earlier outputs", self_pairs(gen, B, 6, 8, 2, "future"),
               P.pair_judge(R, mha_future_rows, M["future_leak"]), kind="property"),

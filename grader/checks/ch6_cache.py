@@ -60,6 +60,14 @@ def qkv(gen, B, H, n, T, d, dtype=F32) -> tuple[torch.Tensor, ...]:
     return (*new, cases.randn(gen, B, H, T, d, dtype=dtype), cases.randn(gen, B, H, T, d, dtype=dtype))
 
 
+def negative_qkv(gen, B, H, n, T) -> tuple[torch.Tensor, ...]:
+    """(q, k_new, v_new, k_cache, v_cache) of head width 4 whose every score is exact in float32 and
+    below -2e9 (:func:`grader.cases.exact_qk`)."""
+    q, k = cases.exact_qk(gen, (B, H, n, cases.EXACT_D), (B, H, T + n, cases.EXACT_D), "negative")
+    v = cases.randn(gen, B, H, T + n, cases.EXACT_D)
+    return q, k[:, :, T:].clone(), v[:, :, T:].clone(), k[:, :, :T].clone(), v[:, :, :T].clone()
+
+
 def decoding_calls(gen, B: int, H: int, L: int, d: int) -> list[Call]:
     """One full pass over L tokens with an empty cache, then the same sequence
     decoded as: one token at a time, and a chunk of 3 after a prefix of 2. Each
@@ -115,6 +123,8 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         P.on_device(R, "runs on the inputs' device (meta)", [Call(qkv(gen, B, H, n, T, d), device="meta")]),
         P.on_cuda(R, "matches on CUDA", [Call(qkv(gen, B, H, n, T, d, F16)), Call(qkv(gen, B, H, n, 0, d))]),
         J.values(R, "large scores at the future new keys", [Call(loud_future(*qkv(gen, B, H, n, T, d)))]),
+        J.values(R, "rows whose every score is below -2e9 (a -1e9 fill outweighs them)",
+                 [Call(negative_qkv(gen, B, H, n, T))]),
     ]
 
 

@@ -10,6 +10,7 @@ the worker records for the calls that ask it (:attr:`grader.spec.Call.allocation
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -114,6 +115,12 @@ def qkv(gen, B, H, Lq, Lk, d, dv, dtype=F32, scale=1.0):
             cases.randn(gen, B, H, Lk, dv, dtype=dtype))
 
 
+def exact_qkv(gen, B, H, Lq, Lk, dv, kind) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, k, v) with head width 4 whose scores are exact in float32 (:func:`grader.cases.exact_qk`)."""
+    q, k = cases.exact_qk(gen, (B, H, Lq, cases.EXACT_D), (B, H, Lk, cases.EXACT_D), kind)
+    return q, k, cases.randn(gen, B, H, Lk, dv)
+
+
 def first_tile_blocked(gen, B, H, Lq, Lk, tile) -> torch.Tensor:
     """(B, H, Lq, Lk): query rows 1.. of every head blocked in the whole first tile (the
     last row sees the last key only), beside row 0, which sees every key, so that no tile
@@ -174,6 +181,7 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     if Lk % tile == 0:
         Lk += 1  # a partial last tile
     x = lambda dtype=F32, scale=1.0: qkv(gen, B, H, Lq, Lk, d, dv, dtype, scale)  # noqa: E731
+    exact = functools.partial(exact_qkv, gen)
     per_head = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
     shared = lambda: with_empty_row(cases.random_mask(gen, B, 1, Lq, Lk), gen)  # noqa: E731
     keys = (torch.arange(Lk) < cases.lengths(gen, B, Lk)[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
@@ -196,13 +204,17 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                   Call((*x(), first_tile_blocked(gen, B, H, Lq, Lk, 1)), {"tile": 1})]),
         J.values(R, "skips fully masked tiles, the first one included (random sizes)",
                  [Call(skippable(gen, B, H, Lq, 3 * tile + 1, tile), {"tile": tile})]),
-        J.values(R, "large scores next to masked keys (≈ 1e5)", [Call((*x(scale=300.0), per_head()),
-                                                                      {"tile": tile})]),
+        J.values(R, "large scores next to masked keys (≈ 1e5)", [Call((*exact(B, H, Lq, Lk, dv, "large"),
+                                                                       per_head()), {"tile": tile})]),
+        J.values(R, "scores of ±1e10, and rows whose every score is below -2e9",
+                 [Call((*exact(B, H, Lq, Lk, dv, "huge"), per_head()), {"tile": tile}),
+                  Call((*exact(B, H, Lq, Lk, dv, "negative"), per_head()), {"tile": tile})]),
         J.values(R, "float16, with a fully masked row", [Call((*x(F16), shared()), {"tile": tile})]),
         J.values(R, "bfloat16, with a fully masked row", [Call((*x(BF16), per_head()), {"tile": tile})]),
         P.gradients(R, "finite gradients with fully masked rows, match reference",
-                    [Call((*x(), per_head()), {"tile": tile}),
-                     Call((*x(), first_tile_blocked(gen, B, H, Lq, Lk, tile)), {"tile": tile})]),
+                    [Call((*x(), cases.two_keys_or_none(per_head())), {"tile": tile}),
+                     Call((*x(), cases.two_keys_or_none(first_tile_blocked(gen, B, H, Lq, Lk, tile))),
+                          {"tile": tile})]),
         J.dtypes(R, "keeps the inputs' dtype",
                  [Call((*x(dt), shared()), {"tile": tile}) for dt in cases.FLOATS]),
         P.on_device(R, "on the inputs' device (meta), with and without a mask",

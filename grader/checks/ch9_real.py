@@ -273,6 +273,10 @@ def gqa_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                 cases.randn(gen, B, hkv, Lk, d, dtype=dtype, scale=scale),
                 cases.randn(gen, B, hkv, Lk, dv, dtype=dtype))
 
+    def exact(kind):  # head width 4, scores exact in float32 however large (grader.cases.exact_qk)
+        q, k = cases.exact_qk(gen, (B, Hq, Lq, cases.EXACT_D), (B, Hkv, Lk, cases.EXACT_D), kind)
+        return q, k, cases.randn(gen, B, Hkv, Lk, dv)
+
     heads = lambda: with_empty_row(cases.random_mask(gen, B, Hq, Lq, Lk), gen)  # noqa: E731
     shared = lambda: with_empty_row(cases.random_mask(gen, B, 1, Lq, Lk), gen)  # noqa: E731
     square = lambda: with_empty_row(cases.random_mask(gen, Lq, Lk), gen)  # noqa: E731
@@ -282,11 +286,14 @@ def gqa_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "mask broadcasts: (Lq, Lk), and no mask", [Call((*qkv(), square())), Call(qkv())]),
         J.values(R, "multi-query and multi-head (Hkv = 1, Hkv = Hq)",
                  [Call((*qkv(hkv=1), shared())), Call((*qkv(hkv=Hq, g=1), heads()))]),
-        J.values(R, "large scores next to masked keys (≈ 1e5)", [Call((*qkv(scale=300.0), heads()))]),
+        J.values(R, "large scores next to masked keys (≈ 1e5)", [Call((*exact("large"), heads()))]),
+        J.values(R, "scores of ±1e10, and rows whose every score is below -2e9",
+                 [Call((*exact("huge"), heads())), Call((*exact("negative"), shared()))]),
         J.values(R, "float16, with a fully masked row", [Call((*qkv(F16), shared()))]),
         J.values(R, "bfloat16, with a fully masked row", [Call((*qkv(BF16), heads()))]),
         P.gradients(R, "finite gradients with fully masked rows, match reference",
-                    [Call((*qkv(), heads())), Call((*qkv(hkv=1), square()))]),
+                    [Call((*qkv(), cases.two_keys_or_none(heads()))),
+                     Call((*qkv(hkv=1), cases.two_keys_or_none(square())))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call((*qkv(dt), square())) for dt in cases.FLOATS]),
         P.on_device(R, "on the inputs' device (meta), with and without a mask",
                     [Call((*qkv(), shared()), device="meta"), Call(qkv(), device="meta")]),

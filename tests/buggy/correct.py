@@ -16,7 +16,7 @@ def causal_mask(n, *, device=None):
 
 def influence_matrix(f, x):
     jac = torch.autograd.functional.jacobian(f, x.detach().clone())  # (L, d', L, d)
-    return jac.float().pow(2).sum(dim=(1, 3)).sqrt()
+    return jac.float().pow(2).sum(dim=(1, 3)).sqrt().to(x.dtype)
 
 
 def to_additive(mask, dtype=torch.float32):
@@ -215,7 +215,7 @@ def merge_partials(out1, lse1, out2, lse2):
 
 
 def zigzag_ring_mask(L, world, rank, step, *, device=None):
-    if world < 1 or L % (2 * world) or not 0 <= rank < world or not 0 <= step < world:
+    if L < 1 or world < 1 or L % (2 * world) or not 0 <= rank < world or not 0 <= step < world:
         raise ValueError(f"bad ring: L={L}, world={world}, rank={rank}, step={step}")
     c = L // (2 * world)
     t = torch.arange(2 * c, device=device)

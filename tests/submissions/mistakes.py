@@ -200,7 +200,7 @@ def merge_partials(out1, lse1, out2, lse2):
 
 
 def zigzag_ring_mask(L, world, rank, step, *, device=None):
-    if world < 1 or L % (2 * world) or not 0 <= rank < world or not 0 <= step < world:
+    if L < 1 or world < 1 or L % (2 * world) or not 0 <= rank < world or not 0 <= step < world:
         raise ValueError(f"L={L} must be divisible by 2*world, 0 <= rank, step < world={world}")
     c = L // (2 * world)
     t = torch.arange(2 * c, device=device)

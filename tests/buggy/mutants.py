@@ -1,0 +1,193 @@
+"""Mutants of correct answers that full marks once let through (issue 38's mutation testing), one per
+class: a -1e9 fill instead of -inf, a running max started at 0 or -1e9, an influence matrix squared in
+half precision or in the wrong dtype, a paged gather whose NaN stale slots reach q's gradient, ring
+positions computed in float32, sizes not refused, an lse computed in half precision, softmax over the
+wrong dim in one branch. Each is otherwise the correct answer of :mod:`buggy.correct`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import correct as ok
+
+
+def _softmax_fill(scores, mask, fill):
+    x = scores.float().masked_fill(~mask, fill)
+    w = torch.softmax(x, dim=-1)
+    w = torch.where(mask.any(dim=-1, keepdim=True), w, torch.zeros_like(w))
+    return w.to(scores.dtype)
+
+
+def _attention_fill(q, k, v, mask=None, fill=-1e9):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is None:
+        mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device)
+    w = _softmax_fill(scores, mask, fill)
+    return w @ v, w
+
+
+def masked_softmax_fill_1e9(scores, mask):
+    return _softmax_fill(scores, mask, -1e9)
+
+
+def attention_fill_1e9(q, k, v, mask=None):
+    return _attention_fill(q, k, v, mask)
+
+
+def mha_fill_1e9(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    B, Lq, D = x_q.shape
+    Lk, d = x_kv.shape[1], D // n_heads
+    q = (x_q @ w_q.T).view(B, Lq, n_heads, d).transpose(1, 2)
+    k = (x_kv @ w_k.T).view(B, Lk, n_heads, d).transpose(1, 2)
+    v = (x_kv @ w_v.T).view(B, Lk, n_heads, d).transpose(1, 2)
+    out, _ = _attention_fill(q, k, v, mask)
+    return out.transpose(1, 2).reshape(B, Lq, D) @ w_o.T
+
+
+def mha_wrong_dim_unmasked(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    """Softmax over the queries (dim -2) in the branch without a mask."""
+    if mask is not None:
+        return ok.multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask)
+    B, Lq, D = x_q.shape
+    Lk, d = x_kv.shape[1], D // n_heads
+    q = (x_q @ w_q.T).view(B, Lq, n_heads, d).transpose(1, 2)
+    k = (x_kv @ w_k.T).view(B, Lk, n_heads, d).transpose(1, 2)
+    v = (x_kv @ w_v.T).view(B, Lk, n_heads, d).transpose(1, 2)
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-2)
+    return (w @ v).transpose(1, 2).reshape(B, Lq, D) @ w_o.T
+
+
+def kv_cache_fill_1e9(q, k_new, v_new, k_cache, v_cache):
+    k = torch.cat([k_cache, k_new], dim=2)
+    v = torch.cat([v_cache, v_new], dim=2)
+    n, total = q.shape[2], k.shape[2]
+    i = torch.arange(n, device=q.device)[:, None]
+    j = torch.arange(total, device=q.device)[None, :]
+    out, _ = _attention_fill(q, k, v, j <= i + (total - n))
+    return out, k, v
+
+
+def _paged_gather(q, k_cache, v_cache, block_table, context_lens):
+    B, H, Lq, d = q.shape
+    S = k_cache.shape[2]
+    p = torch.arange(block_table.shape[1] * S, device=q.device)
+    phys = block_table[:, p // S].clamp(min=0)
+    k = k_cache[phys, :, p % S].transpose(1, 2)  # (B, H, M*S, d): stale slots too
+    v = v_cache[phys, :, p % S].transpose(1, 2)
+    q_pos = context_lens[:, None] - Lq + torch.arange(Lq, device=q.device)
+    mask = (p[None, None, :] <= q_pos[:, :, None])[:, None]  # (B, 1, Lq, M*S)
+    return k, v, mask
+
+
+def paged_fill_1e9(q, k_cache, v_cache, block_table, context_lens):
+    k, v, mask = _paged_gather(q, k_cache, v_cache, block_table, context_lens)
+    held = mask.any(dim=2, keepdim=True).transpose(-2, -1)  # (B, 1, M*S, 1)
+    out, _ = _attention_fill(q, k, torch.where(held, v, 0), mask)
+    return out
+
+
+def paged_nan_into_grad(q, k_cache, v_cache, block_table, context_lens):
+    """Masks the scores of stale slots (right forward values), but 0 · NaN reaches q's gradient."""
+    k, v, mask = _paged_gather(q, k_cache, v_cache, block_table, context_lens)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    return w @ torch.where(mask.transpose(-2, -1).any(-1, keepdim=True), v, 0)
+
+
+def _tiled(q, k, v, mask, tile, start_max):
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = mask.expand(B, H, Lq, Lk)
+    x = q.float() / math.sqrt(d)
+    m = torch.full((B, H, Lq, 1), start_max, device=q.device)
+    total = torch.zeros(B, H, Lq, 1, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], device=q.device)
+    for s0 in range(0, Lk, tile):
+        keep = None if mask is None else mask[:, :, :, s0:s0 + tile]
+        if keep is not None and not keep.any():
+            continue
+        s = x @ k[:, :, s0:s0 + tile].float().transpose(-2, -1)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)).detach()
+        p = torch.exp(s - m_new)
+        alpha = torch.exp(m - m_new)
+        total = total * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v[:, :, s0:s0 + tile].float()
+        m = m_new
+    return torch.where(total > 0, acc / total.clamp(min=1e-30), 0.0).to(q.dtype)
+
+
+def tiled_max_from_zero(q, k, v, mask=None, tile=64):
+    return _tiled(q, k, v, mask, tile, 0.0)
+
+
+def tiled_max_from_1e9(q, k, v, mask=None, tile=64):
+    return _tiled(q, k, v, mask, tile, -1e9)
+
+
+def influence_float32(f, x):
+    """Right values, always float32 (the contract: x's dtype)."""
+    jac = torch.autograd.functional.jacobian(f, x.detach().clone())
+    return jac.float().pow(2).sum(dim=(1, 3)).sqrt()
+
+
+def influence_half_squares(f, x):
+    """Squares and sums in x's dtype: in float16 an entry above 256 squares to inf."""
+    jac = torch.autograd.functional.jacobian(f, x.detach().clone())
+    return jac.pow(2).sum(dim=(1, 3)).sqrt()
+
+
+def zigzag_float_positions(L, world, rank, step, *, device=None):
+    """Positions computed in float32, which skips odd integers past 2**24."""
+    ok.zigzag_ring_mask(L, world, rank, step)  # the same refusals
+    c = L // (2 * world)
+    t = torch.arange(2 * c, device=device, dtype=torch.float32)
+
+    def pos(r):
+        return torch.where(t < c, r * c + t, (2 * world - 1 - r) * c + t - c)
+
+    return pos(rank)[:, None] >= pos((rank - step) % world)[None, :]
+
+
+def zigzag_accepts_any_step(L, world, rank, step, *, device=None):
+    """Takes step modulo world and never checks L >= 1."""
+    if world < 1 or L % (2 * world) or not 0 <= rank < world:
+        raise ValueError("bad ring")
+    if L < 1:
+        return torch.zeros(0, 0, dtype=torch.bool, device=device)
+    return ok.zigzag_ring_mask(L, world, rank, step % world, device=device)
+
+
+def lse_half_precision(q, k, v, mask=None):
+    """Scores, softmax and lse in the inputs' dtype; only the lse is cast to float32 at the end."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    has = ~torch.isneginf(s).all(dim=-1, keepdim=True)
+    s = torch.where(has, s, 0.0)
+    lse = torch.logsumexp(s, dim=-1).masked_fill(~has[..., 0], float("-inf"))
+    w = torch.softmax(s, dim=-1) * has
+    return (w @ v).to(q.dtype), lse.float()
+
+
+#: (exercise, mutant): each must lose points on every seed.
+MUTANTS = [
+    ("masked_softmax", masked_softmax_fill_1e9),
+    ("attention", attention_fill_1e9),
+    ("multi_head_attention", mha_fill_1e9),
+    ("kv_cache_attention", kv_cache_fill_1e9),
+    ("paged_attention", paged_fill_1e9),
+    ("paged_attention", paged_nan_into_grad),
+    ("tiled_attention", tiled_max_from_zero),
+    ("tiled_attention", tiled_max_from_1e9),
+    ("influence_matrix", influence_float32),
+    ("influence_matrix", influence_half_squares),
+    ("zigzag_ring_mask", zigzag_float_positions),
+    ("zigzag_ring_mask", zigzag_accepts_any_step),
+    ("attention_lse", lse_half_precision),
+    ("multi_head_attention", mha_wrong_dim_unmasked),
+]
