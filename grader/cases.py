@@ -91,19 +91,29 @@ EXACT_D = 4
 def exact_qk(gen: torch.Generator, q_shape: tuple[int, ...], k_shape: tuple[int, ...], kind: str
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 q ``q_shape`` and k ``k_shape`` (last dim :data:`EXACT_D`) whose scores q·k / 2 are
-    exact in float32. ``kind``: "large" (either sign, up to about 1e5), "huge" (either sign, about
-    1e9 to 1e10) or "negative" (every score of every row below -2e9: a blocked key filled with
-    -1e9 instead of -inf, or a running max started at 0 or -1e9, then outweighs every allowed key)."""
-    if kind == "large":
-        qi, ki, unit = randint_(gen, q_shape, -200, 200), randint_(gen, k_shape, -200, 200), 0
-    elif kind == "huge":
-        qi, ki, unit = randint_(gen, q_shape, -8, 8), randint_(gen, k_shape, -8, 8), 14
-    elif kind == "negative":
-        qi, ki, unit = randint_(gen, q_shape, 1, 8), -randint_(gen, k_shape, 1, 8), 15
-    else:
+    exact in float32 and, in every row, distinct and at least 2048 apart: each softmax is one-hot
+    whatever the precision, so any float32 route (a running max, weights exp(s - lse)) gives the
+    reference's numbers. ``kind``: "large" (either sign, about 1e4 to 1e5), "huge" (either sign,
+    about 1e9 to 1e11) or "negative" (every score below -2e9: a blocked key filled with -1e9 instead
+    of -inf, or a running max started at 0 or -1e9, then outweighs every allowed key).
+
+    q's entries are positive integers times 2**u; key j is c_j·(1, 1, 1, 1)·2**u with the c_j of
+    each row of keys distinct non-zero integers, so that score (i, j) is c_j·sum(q_i)·2**(2u) / 2."""
+    *lead, n_keys, d = k_shape
+    if d != EXACT_D or q_shape[-1] != EXACT_D:
+        raise ValueError(f"exact cases have head width {EXACT_D}; got {q_shape}, {k_shape}")
+    unit = {"large": 5, "huge": 14, "negative": 15}.get(kind)
+    if unit is None:
         raise ValueError(f"kind is {kind!r}; expected 'large', 'huge' or 'negative'")
-    scale = float(2**unit)
-    return qi.float() * scale, ki.float() * scale
+    order = torch.rand(*lead, n_keys, generator=gen).argsort(dim=-1) + 1  # each row: 1 .. Lk, shuffled
+    if kind == "negative":
+        c = -order
+    else:
+        sign = torch.where(torch.rand(*lead, n_keys, generator=gen) < 0.5, -1, 1)
+        c = order * sign
+    q = randint_(gen, q_shape, 1, 8).float() * 2.0**unit
+    k = c[..., None].expand(*lead, n_keys, d).float() * 2.0**unit
+    return q, k.contiguous()
 
 
 def randint_(gen: torch.Generator, shape: tuple[int, ...], low: int, high: int) -> torch.Tensor:

@@ -226,11 +226,12 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         """D = 8, H = 2 (head width 4), integer inputs and q/k weights: every score is exact in float32
         and below -2e9 (q projections positive, k projections negative; see grader.cases.exact_qk)."""
         xq = cases.randint_(gen, (B, Lq, 8), 1, 4).float() * 2.0**12
-        xkv = cases.randint_(gen, (B, Lk, 8), 1, 4).float() * 2.0**12
+        # later keys score higher (their k projections are smaller): the padded keys would win
+        xkv = cases.randint_(gen, (B, Lk, 8), 1, 4).float() * torch.arange(Lk, 0, -1)[:, None] * 2.0**12
         w_q = cases.randint_(gen, (8, 8), 1, 3).float()
         w_k = -cases.randint_(gen, (8, 8), 1, 3).float()
         _, _, w_v, w_o = weights(gen, 8)
-        keys = am.padding_mask(cases.positive_lengths(gen, B, Lk), Lk)[:, None, None, :]
+        keys = am.padding_mask(cases.randint_(gen, (B,), 1, Lk - 1), Lk)[:, None, None, :]  # every row padded
         return Call((xq, xkv, w_q, w_k, w_v, w_o, 2) + ((keys,) if mask else ()))
 
     return checks + [

@@ -33,12 +33,12 @@ def influence_matrix(f, x):
     x = x.detach().clone().requires_grad_(True)
     y = f(x)  # (L, d')
     L = x.shape[0]
-    out = torch.zeros(L, L, dtype=x.dtype, device=x.device)
+    out = torch.zeros(L, L, device=x.device)  # float32: squares of float16 entries above 256 overflow
     for i in range(L):
         for c in range(y.shape[1]):
             (g,) = torch.autograd.grad(y[i, c], x, retain_graph=True)
-            out[i] += g.pow(2).sum(-1)
-    return out.sqrt()
+            out[i] += g.float().pow(2).sum(-1)
+    return out.sqrt().to(x.dtype)
 
 
 def to_additive(mask, dtype=torch.float32):
@@ -137,9 +137,10 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens):
     flat_v = v_cache.transpose(1, 2).reshape(N * S, H, -1)
     # (B, M*S): the physical slot of each logical position
     slot = (block_table.clamp(min=0)[:, :, None] * S + torch.arange(S, device=q.device)).flatten(1)
-    k = flat_k[slot].permute(0, 2, 1, 3)  # (B, H, M*S, d)
-    v = flat_v[slot].permute(0, 2, 1, 3)
     pos = torch.arange(slot.shape[1], device=q.device)
+    held = (pos < context_lens[:, None])[:, None, :, None]  # (B, 1, M*S, 1): stale slots never read
+    k = torch.where(held, flat_k[slot].permute(0, 2, 1, 3), 0.0)  # (B, H, M*S, d)
+    v = torch.where(held, flat_v[slot].permute(0, 2, 1, 3), 0.0)
     last = (context_lens[:, None] - Lq + torch.arange(Lq, device=q.device))[:, None, :, None]  # (B, 1, Lq, 1)
     out, _ = attention(q, k, v, pos <= last)
     return out
