@@ -147,7 +147,8 @@ def test_with_the_stubs_explore_cells_print_one_line_each_and_no_traceback(path)
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT)}})
     client.execute()
     chapter = release.chapter_of(path)
     cells = _explore_cells(nb)
