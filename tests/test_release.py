@@ -252,7 +252,8 @@ def test_make_exercise_keeps_explore_cells_without_their_outputs():
                                     execution_count=4, outputs=[nbformat.v4.new_output("stream", text="1\n")])
     ex = release.make_exercise(_solution_nb([code, tell, use]), "ex04_x.ipynb", 4)
     assert [c.metadata.get("tags") for c in ex.cells] == [None, ["explore"], ["explore"]]
-    assert ex.cells[2].source == use.source and ex.cells[2].outputs == [] and ex.cells[2].execution_count is None
+    assert ex.cells[2].source == use.source
+    assert ex.cells[2].outputs == [] and ex.cells[2].execution_count is None
     graded = nbformat.v4.new_code_cell(SOURCE, metadata={"tags": ["explore"]})
     with pytest.raises(release.ReleaseError, match="explore"):  # grading would never see it
         release.make_exercise(_solution_nb([code, graded]), "ex04_x.ipynb", 4)
