@@ -92,7 +92,10 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     said = {c.message for c in result.checks}
     result.notes.extend(rules.message(what) for what in forbidden if rules.message(what) not in said)
     for finding in rules.in_body(fn)[:1]:  # imported inside the function: it runs here, not in the grader
-        result.notes.append(f"{finding.text}: {_SCORED_0}, although it runs here")
+        if any(rules.message(finding.what) in m for m in said if m):  # a check said it: only where
+            result.notes.append(f"{finding.what} is used at {finding.where}: {_SCORED_0}")
+        else:
+            result.notes.append(f"{finding.text}: {_SCORED_0}, although it runs here")
     if not limited:
         result.notes.append("no time limit here: check() stops slow code only when called from the "
                             "notebook's main thread on Linux or macOS; the grader's limit is "
