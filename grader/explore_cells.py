@@ -12,11 +12,13 @@ Their code sits in a ``with explore():`` block::
 While a function the block calls is still the release's stub, the block stops at that
 call and prints one line, ``Explore: finish exercise 1.1 (causal_mask) first.``, instead
 of a traceback. Any other exception is the student's own bug and propagates as usual.
-Grading never runs these blocks (:mod:`grader.submission` skips them).
+Grading never runs these blocks, nor cells tagged ``explore`` (:mod:`grader.submission` skips
+them, asking :func:`explore_block` and :func:`tagged_explore`).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from types import TracebackType
 
@@ -47,3 +49,27 @@ class explore:
         exercise, name = found
         print(f"Explore: finish exercise {exercise} ({name}) first.")
         return True
+
+
+# --------------------------------------------------------------------------- what grading skips
+
+TAG = "explore"  # a notebook cell's tag: an Explore cell (release keeps it, grading never runs it)
+
+
+def explore_block(stmt: ast.stmt) -> bool:
+    """A top-level ``with explore(): ...`` (or ``with grader.explore():``) statement."""
+    if not isinstance(stmt, ast.With | ast.AsyncWith):
+        return False
+    for item in stmt.items:
+        fn = item.context_expr.func if isinstance(item.context_expr, ast.Call) else None
+        if (isinstance(fn, ast.Name) and fn.id == "explore") or (
+                isinstance(fn, ast.Attribute) and fn.attr == "explore"):
+            return True
+    return False
+
+
+def tagged_explore(cell: dict) -> bool:
+    """A notebook cell (its JSON) tagged ``explore``."""
+    metadata = cell.get("metadata")
+    tags = metadata.get("tags") if isinstance(metadata, dict) else None
+    return isinstance(tags, list) and TAG in tags

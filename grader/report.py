@@ -325,11 +325,13 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
         console.print(table)
     else:  # one line per row, whatever the width: the diagnosis below says it in full
         console.print(Text(f"Grader: {r.submission} · {seed_line(r)}", style="bold"), highlight=False)
-        lines = terminal.table_lines(rows, console.width)
+        # A terminal's width cuts the message column; a file or a pipe (a log, `| less`) gets it whole.
+        lines = terminal.table_lines(rows, console.width if console.is_terminal else None)
         for k, cells in enumerate(lines):
             plain = k in (0, len(lines) - 1)  # the header and the total
             console.print(Text.assemble(*((cell, "bold" if plain else _STYLE.get(cell.strip(), "") if j == 2
-                                           else "") for j, cell in enumerate(cells))), highlight=False)
+                                           else "") for j, cell in enumerate(cells))), highlight=False,
+                          soft_wrap=not console.is_terminal)
     if scope and course_max:
         console.print(Text(f"course total: {fmt_points(r.score)} / {fmt_points(course_max)} "
                            f"(only {scope} graded here)"), highlight=False)

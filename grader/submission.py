@@ -12,7 +12,10 @@ namespace; cells run in order. Only top-level *definitions* run: imports,
 ``def``/``class``, assignments and ``if``/``try``/``with`` blocks. Bare
 expressions and loops (plots, prints, demos, ``check(...)`` calls, training
 loops) are skipped: they cannot define a graded function, and skipping them
-keeps grading fast and keeps scratch work from costing marks. A statement that
+keeps grading fast and keeps scratch work from costing marks. Explore blocks
+are skipped too: a top-level ``with explore(): ...`` statement, and every code
+cell tagged ``explore`` (they only use the graded functions, see
+:mod:`grader.explore_cells`). A statement that
 raises, or runs over its time budget, is reported and skipped; the
 statements after it still run.
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from . import files
+from .explore_cells import explore_block, tagged_explore
 
 SUFFIXES = (".ipynb", ".py")
 MAX_FILE_BYTES = 8 * 2**20
@@ -240,7 +244,7 @@ def notebook_cells(text: str, name: str) -> list[Cell]:
         raise ValueError("no list of cells (is it a notebook?)")
     cells = []
     for i, c in enumerate(nb["cells"][:MAX_CELLS], start=1):
-        if not isinstance(c, dict) or c.get("cell_type") != "code":
+        if not isinstance(c, dict) or c.get("cell_type") != "code" or tagged_explore(c):
             continue
         source = c.get("source", "")
         if isinstance(source, list):
@@ -353,7 +357,7 @@ class Loaded:
 
 
 def kept_statements(tree: ast.Module) -> list[ast.stmt]:
-    return [s for s in tree.body if isinstance(s, _KEPT_STATEMENTS)]
+    return [s for s in tree.body if isinstance(s, _KEPT_STATEMENTS) and not explore_block(s)]
 
 
 def run_cells(cells: list[Cell], *, budget: float, on_cell: Callable[[int], None] | None = None) -> Loaded:

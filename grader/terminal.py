@@ -75,14 +75,15 @@ def next_step(r: Report) -> str:
     return f"next: exercise {number(todo)} {todo.name}" + (f" in {where}" if where else "")
 
 
-def table_lines(rows: list[tuple[str, str, str, str]], width: int) -> list[list[str]]:
+def table_lines(rows: list[tuple[str, str, str, str]], width: int | None) -> list[list[str]]:
     """The short table: a header, one line per row (the last row is the total), cells padded.
 
     Each line fits in ``width``: the message column is cut with "…" (the diagnosis says it in full).
+    ``width=None`` (output to a file or a pipe, where nothing wraps) cuts nothing.
     """
     rows = [("exercise", "score", "status", "first failing property"), *rows]
     w = [max(len(row[i]) for row in rows) for i in range(3)]
-    room = max(12, width - sum(w) - 8)
+    room = max(12, width - sum(w) - 8) if width is not None else max(len(row[3]) for row in rows)
     out = []
     for name, points, status, message in rows:
         cut = message if len(message) <= room else message[:room - 1] + "…"

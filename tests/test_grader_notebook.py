@@ -96,6 +96,25 @@ def test_borrowing_the_answer_is_named(capsys):
     assert attnmask.causal_mask(2).shape == (2, 2)  # the namespace is restored afterwards
 
 
+def test_a_message_every_failing_check_repeats_is_shown_once_with_its_count(capsys):
+    """A forbidden call fails every check with the same words: check() says them once, then how many
+    more checks fail with them; a different message still gets its own line."""
+
+    def causal_mask(n, *, device=None):
+        q = torch.zeros(1, 1, n, 1, device=device)
+        return F.scaled_dot_product_attention(q, q, q)
+
+    check(causal_mask)
+    out = capsys.readouterr().out
+    failing = len([c for c in run_public(causal_mask).checks if not c.passed and not c.skipped])
+    assert failing > 2
+    marked = [line for line in out.splitlines() if line.startswith("✗")]
+    assert out.count("scaled_dot_product_attention is off limits") == 1, out
+    assert "scaled_dot_product_attention is used at line 3 of causal_mask: the grader finds it" in out
+    assert f"✗ the same message for {failing - 1} more checks: " in out
+    assert len(marked) == 2 and f"0 of {failing} public checks pass" in out
+
+
 def test_an_import_of_the_answer_inside_the_function_is_named(capsys):
     """In the notebook ``import attnmask`` inside the function works; the grader's scan scores the
     exercise 0. check() says so instead of reporting a pass."""

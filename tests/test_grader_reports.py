@@ -251,6 +251,27 @@ def test_short_terminal_report_says_a_diagnosis_once_and_what_is_next(capsys):
     assert out.count("expected   got") == 3 and "returns torch.int64" in out
 
 
+def test_the_short_table_is_cut_to_a_terminal_but_whole_in_a_pipe():
+    """Piped to a file or `less` nothing wraps, so nothing is cut ("first failing pr…" was)."""
+    import io
+
+    from rich.console import Console
+
+    long = "mask: the triangle is on the wrong side: query i may see keys j <= i (the past), not j >= i"
+    e = ExerciseResult("causal_mask", 1, 5.0, checks=[CheckResult("case", public=True, weight=1.0,
+                                                                  passed=False, message=long)])
+    e.finish()
+    r = Report("exercises/", seed=3, exercises=[e])
+    piped = io.StringIO()
+    report.print_terminal(r, Console(file=piped, width=60))
+    table = piped.getvalue().split("\n✗", 1)[0]  # the table, before the diagnosis
+    assert long in table and "first failing property" in table and "…" not in table
+    shown = io.StringIO()
+    report.print_terminal(r, Console(file=shown, width=60, force_terminal=True))
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", shown.getvalue()).split("\n✗", 1)[0].splitlines()
+    assert "…" in "\n".join(lines) and all(len(line) <= 60 for line in lines)
+
+
 def test_next_step_when_everything_passes():
     from grader import terminal
 

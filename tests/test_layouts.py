@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from grader.checks import POINTS
 from grader.runners.classroom import grade_class
 from grader.sandbox import bubblewrap
 
 ROOT = Path(__file__).resolve().parent.parent
+COURSE_POINTS = sum(POINTS.values())  # the registry's; 100 once every chapter is in
 SUBMISSIONS = Path(__file__).parent / "submissions"
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -53,7 +55,7 @@ def _grade(python: Path, course: Path, *args: str, env: dict[str, str] | None = 
 def _held_100(p: subprocess.CompletedProcess, results: dict) -> None:
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "Traceback" not in p.stderr, p.stderr
-    assert results["score"] == results["max_score"] == 100, results.get("output")
+    assert results["score"] == results["max_score"] == COURSE_POINTS, results.get("output")
     isolation = results["extra_data"]["isolation"]
     assert isolation["seed_protected"] is True and isolation["measured"]["seen"] == "0", isolation
     assert isolation["bwrap"].endswith("bwrap") and isolation["bwrap_version"].startswith("bubblewrap")

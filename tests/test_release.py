@@ -245,6 +245,20 @@ def test_make_exercise_drops_solution_only_and_outputs():
     assert "print(f(1))" not in nbformat.writes(ex)
 
 
+def test_make_exercise_keeps_explore_cells_without_their_outputs():
+    code = nbformat.v4.new_code_cell(SOURCE)
+    tell = nbformat.v4.new_markdown_cell("**Explore.** f at work.", metadata={"tags": ["explore"]})
+    use = nbformat.v4.new_code_cell("with explore():\n    print(f(1))", metadata={"tags": ["explore"]},
+                                    execution_count=4, outputs=[nbformat.v4.new_output("stream", text="1\n")])
+    ex = release.make_exercise(_solution_nb([code, tell, use]), "ex04_x.ipynb", 4)
+    assert [c.metadata.get("tags") for c in ex.cells] == [None, ["explore"], ["explore"]]
+    assert ex.cells[2].source == use.source
+    assert ex.cells[2].outputs == [] and ex.cells[2].execution_count is None
+    graded = nbformat.v4.new_code_cell(SOURCE, metadata={"tags": ["explore"]})
+    with pytest.raises(release.ReleaseError, match="explore"):  # grading would never see it
+        release.make_exercise(_solution_nb([code, graded]), "ex04_x.ipynb", 4)
+
+
 def test_plan_and_stale(tmp_path):
     sol, exe = tmp_path / "solutions", tmp_path / "exercises"
     sol.mkdir()

@@ -159,7 +159,7 @@ MERGES_NOT = ("your out and lse over two parts of the keys, merged by their lse,
               "keys: the lse must be over the same scaled, masked scores as the weights")
 
 
-@exercise(4.5, "attention_lse(q, k, v, mask=None): (out (B, H, Lq, dv) in q's dtype, 0 on fully masked rows; "
+@exercise(3.0, "attention_lse(q, k, v, mask=None): (out (B, H, Lq, dv) in q's dtype, 0 on fully masked rows; "
           "lse (B, H, Lq) float32, log of the sum of exp(q·k / sqrt(d)) over the allowed keys, -inf on fully "
           "masked rows).")
 def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -251,7 +251,7 @@ def extreme(gen, shape: tuple[int, ...], dv: int, at: float, dtype=F32) -> tuple
     return cases.randn(gen, *shape, dv, dtype=dtype), lse1, cases.randn(gen, *shape, dv, dtype=dtype), lse2
 
 
-@exercise(4.5, "merge_partials(out1, lse1, out2, lse2): (out, lse) over the union of two disjoint key "
+@exercise(3.0, "merge_partials(out1, lse1, out2, lse2): (out, lse) over the union of two disjoint key "
           "sets, lse = log(exp(lse1) + exp(lse2)), out = exp(lse1 - lse)·out1 + exp(lse2 - lse)·out2 in "
           "out1's dtype; 0 and -inf where both are empty; stable for any finite lse.")
 def merge_partials_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -345,7 +345,7 @@ def ring_check(L: int, world: int, public: bool = False) -> Check:
                                      "attention"), public=public)
 
 
-@exercise(3.5, "zigzag_ring_mask(L, world, rank, step, *, device=None): bool (2c, 2c), c = L / (2·world); "
+@exercise(2.5, "zigzag_ring_mask(L, world, rank, step, *, device=None): bool (2c, 2c), c = L / (2·world); "
           "rank r holds chunks r and 2·world - 1 - r; at step s the keys of rank (r - s) mod world; True "
           "where the query's global position >= the key's.")
 def zigzag_ring_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -408,7 +408,7 @@ CHUNKED = J.Recipe("chunked_local_mask", am.chunked_local_mask, ("Lq", "Lk", "ch
                    (J.Out("mask", "mask", "(Lq, Lk)", lambda a, k: (a[0], a[1])),), diagnose_chunked)
 
 
-@exercise(3.5, "chunked_local_mask(Lq, Lk, chunk, *, device=None): bool (Lq, Lk), query i at p = Lk - Lq + i "
+@exercise(1.5, "chunked_local_mask(Lq, Lk, chunk, *, device=None): bool (Lq, Lk), query i at p = Lk - Lq + i "
           "sees key j iff j <= p and j // chunk == p // chunk.")
 def chunked_local_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = CHUNKED

@@ -35,7 +35,7 @@ PADDING = J.Recipe("padding_mask", am.padding_mask, ("lengths", "max_len"),
                    (J.Out("mask", "mask", "(B, L)", lambda a, k: (a[0].shape[0], a[1])),), diagnose_padding)
 
 
-@exercise(2.5, "padding_mask(lengths, max_len): bool (B, max_len), True at positions < lengths[b]; "
+@exercise(1.0, "padding_mask(lengths, max_len): bool (B, max_len), True at positions < lengths[b]; "
           "vectorised, on lengths' device.")
 def padding_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = PADDING

@@ -55,7 +55,7 @@ DECODER = J.Recipe("decoder_mask", am.decoder_mask, ("lengths", "max_len"),
                    (J.Out("mask", "mask", "(B, 1, L, L)", decoder_shape),), diagnose_decoder)
 
 
-@exercise(4.0, "decoder_mask(lengths, max_len): broadcasts to (B, 1, L, L): causal AND key position < "
+@exercise(1.5, "decoder_mask(lengths, max_len): broadcasts to (B, 1, L, L): causal AND key position < "
           "lengths[b]; padded query rows are not masked.")
 def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = DECODER

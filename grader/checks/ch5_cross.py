@@ -75,7 +75,7 @@ TITLES = ("enc_self: source key padding", "dec_self: causal + target key padding
           "cross: source key padding, no causal")
 
 
-@exercise(4.0, "encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len): (enc_self, dec_self, "
+@exercise(1.5, "encoder_decoder_masks(src_lengths, tgt_lengths, src_len, tgt_len): (enc_self, dec_self, "
           "cross) masks for (B,1,S,S), (B,1,T,T), (B,1,T,S).")
 def encoder_decoder_masks_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ENC_DEC
@@ -194,7 +194,7 @@ def mha_real_rows(call: Call) -> torch.Tensor:
     return call.args[-1][:, 0, 0, :]  # (B, L)
 
 
-@exercise(5.0, "multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None): (B, Lq, D) with "
+@exercise(3.5, "multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None): (B, Lq, D) with "
           "heads of width d = D // n_heads, weights applied as x @ w.T.")
 def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = MHA

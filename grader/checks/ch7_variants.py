@@ -51,7 +51,7 @@ WINDOW = J.Recipe("sliding_window_mask", am.sliding_window_mask, ("n", "window")
                   (J.Out("mask", "mask", "(L, L)", square),), diagnose_window)
 
 
-@exercise(3.5, "sliding_window_mask(n, window, *, device=None): bool (n, n), j <= i and i - j < window.")
+@exercise(1.5, "sliding_window_mask(n, window, *, device=None): bool (n, n), j <= i and i - j < window.")
 def sliding_window_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     public = [("matches reference (n=6, window=3)", (6, 3)), ("window = 1 sees only itself (n=4)", (4, 1))]
     # the second public case is degenerate (edge): the transposed triangle passes it too
@@ -81,7 +81,7 @@ PREFIX = J.Recipe("prefix_lm_mask", am.prefix_lm_mask, ("n", "prefix_len"),
                   (J.Out("mask", "mask", "(L, L)", square),), diagnose_prefix)
 
 
-@exercise(3.5, "prefix_lm_mask(n, prefix_len, *, device=None): bool (n, n), j <= i or j < prefix_len.")
+@exercise(1.5, "prefix_lm_mask(n, prefix_len, *, device=None): bool (n, n), j <= i or j < prefix_len.")
 def prefix_lm_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     public = [("matches reference (n=5, prefix_len=2)", (5, 2)), ("prefix_len = 0 is causal (n=4)", (4, 0))]
     # the second public case is degenerate (edge): plain causal passes it too
@@ -122,7 +122,7 @@ DOCUMENT = J.Recipe("document_mask", am.document_mask, ("doc_ids",),
                     diagnose_document)
 
 
-@exercise(3.5, "document_mask(doc_ids): broadcasts to (B, 1, L, L): same document id and j <= i.")
+@exercise(2.5, "document_mask(doc_ids): broadcasts to (B, 1, L, L): same document id and j <= i.")
 def document_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = DOCUMENT
     checks = [

@@ -111,7 +111,7 @@ def left_padded(gen: torch.Generator, B: int, L: int) -> torch.Tensor:
     return torch.arange(L)[None, :] >= (L - lengths)[:, None]
 
 
-@exercise(3.5, "left_padding_position_ids(keep): int64 (B, L), each row's real tokens (keep True) "
+@exercise(1.5, "left_padding_position_ids(keep): int64 (B, L), each row's real tokens (keep True) "
           "numbered 0, 1, 2, ... in order; 0 at padding.")
 def left_padding_position_ids_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = POSITIONS
@@ -191,7 +191,7 @@ def sorted_doc_ids(gen: torch.Generator, B: int, L: int) -> torch.Tensor:
     return torch.stack(rows)
 
 
-@exercise(3.5, "packed_labels(tokens, doc_ids, ignore_index=-100): int64 (B, L), tokens[b, t + 1] where "
+@exercise(1.5, "packed_labels(tokens, doc_ids, ignore_index=-100): int64 (B, L), tokens[b, t + 1] where "
           "t + 1 is in t's document, else ignore_index; the last column is ignore_index.")
 def packed_labels_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = LABELS
@@ -248,7 +248,7 @@ GQA = J.Recipe("gqa_attention", am.gqa_attention, ("q", "k", "v", "mask"),
                (J.Out("out", "number", "(B, Hq, Lq, dv)"),), diagnose_gqa)
 
 
-@exercise(3.5, "gqa_attention(q, k, v, mask=None): (B, Hq, Lq, dv); query head h attends with key/value "
+@exercise(2.5, "gqa_attention(q, k, v, mask=None): (B, Hq, Lq, dv); query head h attends with key/value "
           "head h // G (Hq = G * Hkv), scale 1/sqrt(d), zeros for fully masked rows.")
 def gqa_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = GQA
@@ -351,7 +351,7 @@ ALIBI = J.Recipe("alibi_bias", am.alibi_bias, ("n_heads", "Lq", "Lk"),
                  diagnose_alibi)
 
 
-@exercise(3.5, "alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32): (H, Lq, Lk) causal "
+@exercise(2.5, "alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32): (H, Lq, Lk) causal "
           "ALiBi bias, bottom-right aligned: -slope_h * (pos_q - j), -inf for j > pos_q.")
 def alibi_bias_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ALIBI

@@ -92,7 +92,10 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     said = {c.message for c in result.checks}
     result.notes.extend(rules.message(what) for what in forbidden if rules.message(what) not in said)
     for finding in rules.in_body(fn)[:1]:  # imported inside the function: it runs here, not in the grader
-        result.notes.append(f"{finding.text}: {_SCORED_0}, although it runs here")
+        if any(rules.message(finding.what) in m for m in said if m):  # a check said it: only where
+            result.notes.append(f"{finding.what} is used at {finding.where}: {_SCORED_0}")
+        else:
+            result.notes.append(f"{finding.text}: {_SCORED_0}, although it runs here")
     if not limited:
         result.notes.append("no time limit here: check() stops slow code only when called from the "
                             "notebook's main thread on Linux or macOS; the grader's limit is "
@@ -168,10 +171,46 @@ def _memory_limit(memory_mb: int | None):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+#: Names of the other checks listed after "the same message for N more checks".
+SAME_NAMES_SHOWN = 6
+
+
+def checks_lines(result: ExerciseResult, indent: str = "    ") -> list[str]:
+    """One line per check, as :func:`grader.report.checks_lines`, except that a failing check whose
+    message an earlier failing check already gave is not repeated: the first one's line says it once,
+    with its detail, and one line after it counts the others (a forbidden call fails every check with
+    the same words)."""
+    from ..report import MARK
+
+    failing = [c for c in result.checks if not c.passed and not c.skipped]
+    same: dict[str, list[str]] = {}
+    for c in failing:
+        if c.message:
+            same.setdefault(c.message, []).append(c.name)
+    lines = []
+    for c in result.checks:
+        text = f"{MARK[c.status]} {c.name} ({'public' if c.public else 'hidden'})"
+        if c.skipped:
+            lines.append(f"{text}: skipped, {c.message}")
+            continue
+        if c.passed:
+            lines.append(text)
+            continue
+        names = same.get(c.message, [c.name])
+        if c.message and names[0] != c.name:
+            continue  # said by the first failing check with these words
+        lines.append(f"{text}: {c.message}" if c.message else text)
+        lines.extend(indent + d for d in c.detail.splitlines())
+        if len(names) > 1:
+            more = len(names) - 1
+            shown = ", ".join(names[1:1 + SAME_NAMES_SHOWN]) + (", …" if more > SAME_NAMES_SHOWN else "")
+            lines.append(f"{MARK['failed']} the same message for {more} more check{'s' if more > 1 else ''}: "
+                         f"{shown}")
+    return lines
+
+
 def text(result: ExerciseResult) -> str:
     """The notebook's report: deterministic plain text."""
-    from ..report import checks_lines
-
     name = result.name
     counted = [c for c in result.checks if not c.skipped]
     passed = sum(c.passed for c in counted)

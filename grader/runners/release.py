@@ -17,11 +17,14 @@ In a solution notebook, the code between a ``# BEGIN SOLUTION`` line and a
 at the marker's indentation, where ``<function>`` is the enclosing ``def``,
 ``<hint>`` comes from a ``# HINT: ...`` line inside the region, N is the chapter
 (``ex03_...`` -> 3) and M counts the solution regions of the notebook. Cells
-tagged ``solution-only`` are dropped, and outputs and execution counts are
-cleared. The note that the file is generated, and from what, is for maintainers:
-it lives in the notebook's metadata under ``NOTICE_KEY``, where ``--check``
-compares it like every other byte, and the first cell the student sees is the
-solution notebook's own opening cell.
+tagged ``solution-only`` are dropped; cells tagged ``explore`` (the payoff that
+runs the student's own functions in a ``with explore():`` block, see
+:mod:`grader.explore_cells`) are kept like every other cell, and may hold no
+solution region. Outputs and execution counts are cleared. The note that the
+file is generated, and from what, is for maintainers: it lives in the
+notebook's metadata under ``NOTICE_KEY``, where ``--check`` compares it like
+every other byte, and the first cell the student sees is the solution
+notebook's own opening cell.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
 HINT = "# HINT:"
 SOLUTION_ONLY = "solution-only"
+EXPLORE = "explore"  # shipped to students; grading skips these cells (grader.explore_cells.TAG)
 NOTICE_KEY = "attnmask_release"  # notebook metadata: the generator's note
 
 _DEF = re.compile(r"^(\s*)def\s+([A-Za-z_]\w*)\s*\(")
@@ -135,6 +139,9 @@ def make_exercise(solution: NotebookNode, source_name: str, chapter: int) -> Not
         if SOLUTION_ONLY in tags:
             continue
         metadata = {"tags": tags} if tags else {}
+        if EXPLORE in tags and BEGIN in cell.source:
+            raise ReleaseError(f"{source_name} cell {index}: an '{EXPLORE}' cell holds a '{BEGIN}' region "
+                               "(grading skips Explore cells, so it would never be graded)")
         if cell.cell_type == "code":
             source = strip_solutions(cell.source, chapter, counter, f"{source_name} cell {index}")
             new = nbformat.v4.new_code_cell(source, metadata=metadata)
