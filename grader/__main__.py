@@ -9,6 +9,8 @@
     python -m grader template DEST           GitHub Classroom's template repository (grader.runners.github)
     python -m grader gh-outputs RESULTS      the retired GitHub Classroom's outputs  (grader.runners.github)
     python -m grader classroom50 build OUT   Classroom 50's autograder folder  (grader.runners.classroom50)
+    python -m grader classroom50 publish DIR the grades in Classroom 50's gradebook
+                                                                (grader.runners.classroom50_publish)
     python -m grader export --format F       a gradebook import file   (grader.runners.export)
 """
 
@@ -40,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif name == "gh-outputs":
         from .runners.github import gh_outputs_main as run
     elif name == "classroom50":
-        from .runners.classroom50 import main as run
+        from .runners.classroom50_publish import command as run
     elif name == "export":
         from .runners.export import main as run
     else:

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import lateness, rosterfile, shards, sheets
+from . import feedback, lateness, rosterfile, shards, sheets
 from .lateness import LatePolicy
 from .scores import _fmt
 
@@ -177,6 +177,7 @@ def finish(out: Path, plan: Plan, graded: Sequence[Any], *, fingerprint: str, ex
     from dataclasses import asdict
 
     rows = rows_for(plan, [asdict(r) for r in graded])
+    feedback.write_all(out, rows)  # the students' own files: no seed, no hidden case
     if plan.report:
         from .similarity import save_functions
 
