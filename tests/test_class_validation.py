@@ -243,3 +243,27 @@ def test_the_class_report_counts_not_found_as_its_own_category(tmp_path):
     stats = classreport.gather(tmp_path, record)
     assert stats["causal_mask"].mistakes == {classreport.NOT_FOUND: 1}
     assert stats["attention"].mistakes == {classreport.OTHER: 1}
+
+
+def test_the_hand_in_time_is_the_releases_not_the_tags_name_nor_the_commits(tmp_path, capsys):
+    """``repos tags``: the clone list, and the roster's submitted column from each tag's Release
+    (GitHub's clock); a student without a tag is not cloned and has no time."""
+    from grader.runners import repos, rosterfile
+
+    tags = {"ml-masks-ann": ["submit/2026-02-20T00-00-00Z-aaaaaaa"], "ml-masks-ben": []}
+    calls = []
+
+    def api(path, params):
+        calls.append(path)
+        if "/git/matching-refs/tags/submit/" in path:
+            return [{"ref": f"refs/tags/{t}"} for t in tags[path.split("/")[2]]]
+        if path == "repos/org/ml-masks-ann/releases/tags/submit/2026-02-20T00-00-00Z-aaaaaaa":
+            return {"tag_name": "submit/2026-02-20T00-00-00Z-aaaaaaa", "created_at": "2026-03-02T12:00:00Z"}
+        raise AssertionError(path)
+
+    roster_csv = tmp_path / "roster.csv"
+    roster_csv.write_text("id,name,folder\nann,ann,ann\nben,ben,ben\n")
+    assert repos.main(["tags", "org", "ml-masks", "--roster", str(roster_csv)], api=api) == 0
+    assert capsys.readouterr().out.split("\n")[0] == "ann submit/2026-02-20T00-00-00Z-aaaaaaa"
+    stamped = {e.id: e.submitted for e in rosterfile.read(roster_csv)}
+    assert stamped == {"ann": "2026-03-02T12:00:00Z", "ben": None}

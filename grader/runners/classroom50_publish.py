@@ -253,7 +253,7 @@ def command(argv: Sequence[str] | None = None, *, gh: GitHub | None = None) -> i
     return main(argv[1:], gh=gh)
 
 
-def main(argv: Sequence[str] | None = None, *, gh: GitHub | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grader classroom50 publish",
                                 description="Write a class run's grades into Classroom 50's gradebook "
                                             "(scores.json override entries) and attach each student's "
@@ -267,7 +267,11 @@ def main(argv: Sequence[str] | None = None, *, gh: GitHub | None = None) -> int:
     p.add_argument("--tags", type=Path, help="'login submit/TAG' lines: the tag each student was graded at "
                                              "(default: each repository's latest submit/* release)")
     p.add_argument("--dry-run", action="store_true", help="print what would be written; change nothing")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, gh: GitHub | None = None) -> int:
+    args = build_parser().parse_args(argv)
     publish(args.grades, gh or GhApi(), org=args.org, classroom=args.classroom.lower(),
             assignment=args.assignment.lower(), config=args.config_repo, tags=read_tags(args.tags),
             dry_run=args.dry_run)
