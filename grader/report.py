@@ -302,6 +302,11 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
 
     console = console or Console()
     r = terminal.printable_report(r)  # nothing a submission wrote may drive the terminal
+    if terminal.nothing_graded(r):  # no table of zeros, no total, no exercise "next": only why
+        console.print(Text(f"Grader: {r.submission} · nothing was graded", style="bold"), highlight=False)
+        console.print(Text(f"Not graded: {r.error}", style="bold red"))
+        console.print(Text(terminal.next_step(r), style="bold"), highlight=False)
+        return
     compact = not verbose and _nothing_found(r)  # one line for all the exercises, not one each
     total = "total" + (f" ({scope})" if scope else "")
     rows = [(f"{terminal.number(e)} {e.name}", f"{fmt_points(e.score)} / {fmt_points(e.max_score)}",

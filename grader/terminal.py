@@ -63,11 +63,18 @@ def notebook_of(chapter: int, submission: str) -> str | None:
     return None
 
 
+def nothing_graded(r: Report) -> bool:
+    """The grading stopped before any student code ran (no sandbox, a submission not read)."""
+    from .results import GRADER_ERROR
+
+    return bool(r.error) and r.internal_error and all(e.status == GRADER_ERROR for e in r.exercises)
+
+
 def next_step(r: Report) -> str:
     """The last line: the first exercise, in chapter order, that does not pass yet, and where it is."""
     todo = next((e for e in sorted(r.exercises, key=lambda e: e.chapter)
                  if e.status not in (PASSED, SKIPPED)), None)
-    if r.error and todo is None:
+    if r.error and (todo is None or nothing_graded(r)):
         return "next: fix what stopped the grading (above), then grade again"
     if todo is None:
         return "next: nothing to fix: every exercise graded here passes"

@@ -258,14 +258,15 @@ def _install(bundle: Path) -> str | None:
 
 
 def _confinement() -> bool:
-    """Whether to ask for ``unconfined``: only where bubblewrap is missing and we are not root
-    (the student's own code, in the student's own CI job, on public cases only)."""
+    """Whether to ask for ``unconfined``: only where bubblewrap is missing and the rule allows it
+    (:func:`~grader.sandbox.allowlist.unconfined_refused`: no secret seed here; the student's own
+    code, in the student's own CI job, on public cases only)."""
     from ..sandbox import allowlist
 
     try:
         allowlist.bwrap()
     except allowlist.Unavailable:
-        return os.geteuid() != 0
+        return allowlist.unconfined_refused() is None
     return False
 
 
@@ -308,7 +309,9 @@ def autograde(bundle: str | os.PathLike, *, workspace: Path | None = None,
     unconfined = _confinement()
     report = engine.grade(str(_target(workspace)), seed=engine.DEFAULT_SEED, public_only=True,
                           unconfined=unconfined)
-    if report.internal_error and not unconfined and os.geteuid() != 0:
+    from ..sandbox import allowlist
+
+    if report.internal_error and not unconfined and allowlist.unconfined_refused() is None:
         # bubblewrap is there but this runner forbids its namespaces (Ubuntu 24.04's AppArmor)
         unconfined = True
         report = engine.grade(str(_target(workspace)), seed=engine.DEFAULT_SEED, public_only=True,

@@ -93,7 +93,7 @@ def build_parser() -> _Parser:
                         "nothing but Python and its libraries exists)")
     p.add_argument("--unconfined", action="store_true",
                    help="where the sandbox (bubblewrap) cannot be made, run your own code without it, to "
-                        "check your own work; refused as root; the report says so")
+                        "check your own work; refused as root while GRADER_SEED is set; the report says so")
     return p
 
 
