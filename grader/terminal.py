@@ -29,6 +29,28 @@ _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)
                       r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", re.S)
 
 
+#: Set in a notebook's kernel, and so in a ``!python -m grader`` it runs: IPython runs that command
+#: on a pseudo-terminal, which looks like a terminal but shows every frame of a progress bar.
+NOTEBOOK_ENV = ("JPY_PARENT_PID", "JPY_SESSION_NAME", "COLAB_RELEASE_TAG", "VSCODE_PID_NOTEBOOK")
+
+
+def live_terminal(stream=None) -> bool:
+    """Whether ``stream`` (default stderr) is a terminal a person watches redraw: a tty, no
+    notebook cell behind it (:data:`NOTEBOOK_ENV`, or matplotlib's inline backend), not TERM=dumb.
+    Progress bars are drawn only there; FORCE_COLOR does not make a pipe one."""
+    import os
+    import sys
+
+    stream = sys.stderr if stream is None else stream
+    try:
+        tty = os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+    env = os.environ
+    in_notebook = any(env.get(k) for k in NOTEBOOK_ENV) or "matplotlib_inline" in env.get("MPLBACKEND", "")
+    return tty and not in_notebook and env.get("TERM", "") != "dumb"
+
+
 def printable(text: str) -> str:
     """``text`` with no terminal control characters: no ANSI escapes, no carriage returns,
     no other C0/C1 controls but newlines and tabs. Student code's output, its error messages

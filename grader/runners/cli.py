@@ -207,9 +207,11 @@ def _progress_bar(quiet: bool):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    console = Console(stderr=True)
-    if not console.is_terminal:
+    from ..terminal import live_terminal
+
+    if not live_terminal(sys.stderr):  # a pipe, a file, a notebook's ! cell: no frames to flood it
         return None, lambda: None
+    console = Console(stderr=True)
     bar = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                    console=console, transient=True)
     task = bar.add_task("", total=None)
