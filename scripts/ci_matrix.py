@@ -127,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("cell", choices=sorted(cells()))
     p.add_argument("--venv", type=Path, help="where the cell's venv goes (default: a new temporary folder)")
     p.add_argument("--dry-run", action="store_true", help="print the commands; run nothing")
-    p.add_argument("pytest", nargs="*", help="after --: pytest arguments in place of the cell's")
-    args = p.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = p.parse_args(own)
+    args.pytest = extra  # after --: pytest arguments in place of the cell's
     venv = args.venv or Path(tempfile.mkdtemp(prefix=f"ci-{args.cell}-"))
     steps = commands(args.cell, venv)
     if args.pytest:
