@@ -258,3 +258,16 @@ def test_no_progress_bar_into_a_pipe_even_with_force_color():
     p = run(str(ROOT / "solutions" / "ex01_leakage.ipynb"), "--exercise", "causal_mask", "--public-only",
             env={**__import__("os").environ, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"})
     assert p.returncode == 0 and "\x1b[" not in p.stderr
+
+
+def test_an_unrelated_grader_distribution_is_named_and_how_to_remove_it(tmp_path):
+    """PyPI's `grader` (1.2, 2012) is another package: `pip install grader` gets it."""
+    import os
+
+    info = tmp_path / "grader-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: grader\nVersion: 1.2\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    p = run(str(tmp_path / "nothing-here.ipynb"), env=env)
+    assert "unrelated package named 'grader' (grader 1.2)" in p.stderr and "pip uninstall grader" in p.stderr
+    assert "unrelated package" not in run(str(tmp_path / "nothing-here.ipynb")).stderr
