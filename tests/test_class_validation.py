@@ -267,3 +267,13 @@ def test_the_hand_in_time_is_the_releases_not_the_tags_name_nor_the_commits(tmp_
     assert capsys.readouterr().out.split("\n")[0] == "ann submit/2026-02-20T00-00-00Z-aaaaaaa"
     stamped = {e.id: e.submitted for e in rosterfile.read(roster_csv)}
     assert stamped == {"ann": "2026-03-02T12:00:00Z", "ben": None}
+
+
+def test_the_canvas_export_matches_exactly_and_refuses_two_matches():
+    from grader.runners import export
+
+    person = {"Student": "Bob Roe", "ID": "7", "SIS User ID": "", "SIS Login ID": "bob", "Section": ""}
+    rows = [{"student": "Bob", "total": 0.0}, {"student": "bob", "total": 2.5}]
+    assert export._match(person, rows)["total"] == 2.5  # exactly "bob", not the first case-insensitive
+    with pytest.raises(SystemExit, match="matches 2 graded rows: 'BOB', 'Bob'"):
+        export._match(person, [{"student": "BOB", "total": 0.0}, {"student": "Bob", "total": 2.5}])
