@@ -301,3 +301,19 @@ def test_whole_points_add_up_to_the_course_total():
     assert sum(whole) == round(sum(tops)) == 100
     assert all(math.floor(t) <= w <= math.ceil(t) for t, w in zip(tops, whole))
     assert classroom50.whole_points([2.5, 2.5, 3.0]) == [3, 2, 3]  # one point left, to the first tie
+
+
+def test_an_install_that_fails_is_a_graded_zero_not_an_error(tmp_path, monkeypatch):
+    """pip cannot install the pin (a runtime's Python torch has no wheel for): exit 0, a valid
+    result.json with 0 and the reason, status=failure; an exit 1 would publish no Release."""
+    monkeypatch.setattr(classroom50, "_install", lambda bundle: "pip could not install the requirements")
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    env = runner_env(checkout)
+    (tmp_path / "github_output").write_text("")
+    assert classroom50.autograde(tmp_path, workspace=checkout, env=env) == 0
+    result = json.loads((checkout / "result.json").read_text())
+    assert schema_problems(result, env) == [] and (result["score"], result["tests"]) == (0, [])
+    assert "pip could not install" in (checkout / "release-body.md").read_text()
+    outputs = (tmp_path / "github_output").read_text()
+    assert outputs.startswith("status=failure\nsummary=attention masks: not graded")

@@ -243,6 +243,22 @@ def _torch_importable() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def _not_graded(workspace: Path, env: Mapping[str, str], why: str) -> None:
+    """result.json, release-body.md and the outputs of a submission the grader could not grade:
+    0 points, no test, and the reason (the runner publishes it; collect-scores sees it)."""
+    if sys.version_info >= (3, 13):
+        why += (f" (this runner's Python is {sys.version_info.major}.{sys.version_info.minor}: set the "
+                "assignment's runtime to {\"python\": \"3.11\"})")
+    now = time.time()
+    result = {"schema": SCHEMA, **identity(env), "datetime": stamp(_commit_time(workspace) or now),
+              "graded_at": stamp(now), "score": 0, "max-score": 100, "tests": []}
+    (workspace / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (workspace / BODY_FILE).write_text(f"### Public checks: not graded, 0 / 100\n\nThe grader could not run "
+                                       f"on this runner: {why}. This 0 is not your work's score; tell your "
+                                       "instructor.\n", encoding="utf-8")
+    _write_outputs(env.get("GITHUB_OUTPUT"), "failure", f"attention masks: not graded ({why})"[:300])
+
+
 def _install(bundle: Path) -> str | None:
     """Install the pinned grading requirements where torch is missing; None, or why it failed."""
     if _torch_importable():
@@ -301,9 +317,10 @@ def autograde(bundle: str | os.PathLike, *, workspace: Path | None = None,
               "sets them; nothing was graded.", file=sys.stderr)
         return 2
     why = _install(Path(bundle))
-    if why is not None:
+    if why is not None:  # a graded 0 with the reason: an exit 1 would be status=error, no Release
         print(f"::error::autograder: {why}", file=sys.stderr)
-        return 1  # grading did not run: the runner records an error result
+        _not_graded(workspace, env, why)
+        return 0
     from .. import engine
 
     unconfined = _confinement()
