@@ -233,7 +233,9 @@ def _torch_visible(folders: list[str]) -> None:
     """:class:`Unavailable`, naming the path and the fix, where torch lies in no folder the sandbox shows."""
     torch_dir = package_dir("torch")
     if torch_dir is None:
-        raise Unavailable("torch is not installed for this Python", fix="pip install -r requirements.txt")
+        raise Unavailable("torch is not installed for this Python",
+                          fix="pip install --extra-index-url https://download.pytorch.org/whl/cpu torch "
+                              "(the CPU build; the course's requirements.txt pins the version it tests)")
     if not any(_inside(str(torch_dir), f) for f in folders):
         holder = next((c for c in course_content() if _inside(c, str(torch_dir.parent))), None)
         why = f"torch lies in {torch_dir.parent}" + (f", which also holds the course ({holder})"
