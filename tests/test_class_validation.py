@@ -257,7 +257,7 @@ def test_the_hand_in_time_is_the_releases_not_the_tags_name_nor_the_commits(tmp_
         calls.append(path)
         if "/git/matching-refs/tags/submit/" in path:
             return [{"ref": f"refs/tags/{t}"} for t in tags[path.split("/")[2]]]
-        if path == "repos/org/ml-masks-ann/releases/tags/submit/2026-02-20T00-00-00Z-aaaaaaa":
+        if path == "repos/org/ml-masks-ann/releases/tags/submit%2F2026-02-20T00-00-00Z-aaaaaaa":
             return {"tag_name": "submit/2026-02-20T00-00-00Z-aaaaaaa", "created_at": "2026-03-02T12:00:00Z"}
         raise AssertionError(path)
 

@@ -27,6 +27,7 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -199,6 +200,8 @@ class FakeGitHub:
 
     def get(self, path):
         self.calls.append(("GET", path))
+        assert "submit/" not in path, f"a tag in a path goes %-encoded (it holds a slash): {path}"
+        path = unquote(path)
         m = re.fullmatch(rf"repos/{ORG}/({CLASSROOM}-{ASSIGNMENT}-[a-z]+)/releases/tags/(submit/.+)", path)
         if m:
             return {

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from . import shards
 from .classroom50 import DEFAULT_ASSIGNMENT, SCHEMA, whole_scores
@@ -113,7 +114,7 @@ def read_tags(path: Path | None) -> dict[str, str]:
 def graded_release(gh: GitHub, org: str, repo: str, tag: str | None) -> dict[str, Any] | None:
     """The Release of the submission graded: ``tag``'s, else the latest ``submit/*`` one."""
     if tag:
-        return gh.get(f"repos/{org}/{repo}/releases/tags/{tag}")
+        return gh.get(f"repos/{org}/{repo}/releases/tags/{quote(tag, safe='')}")
     releases = [r for r in gh.get(f"repos/{org}/{repo}/releases?per_page=100") or []
                 if isinstance(r, dict) and str(r.get("tag_name", "")).startswith("submit/")]
     return max(releases, key=lambda r: r["tag_name"]) if releases else None
@@ -211,7 +212,7 @@ def publish(grades: Path, gh: GitHub, *, org: str, classroom: str, assignment: s
         if results is None or release is None:
             skipped.append(f"{login}: " + ("no results.json" if results is None else "no submit/* release"))
             continue
-        commit = gh.get(f"repos/{org}/{repo}/commits/{release['tag_name']}") or {}
+        commit = gh.get(f"repos/{org}/{repo}/commits/{quote(release['tag_name'], safe='')}") or {}
         records.append(record_for({**row, "student": login}, results, classroom=classroom, org=org, repo=repo,
                                   release=release, commit=commit, graded_at=now))
         feedback = grades / row["slug"] / FEEDBACK_FILE

@@ -42,6 +42,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from . import rosterfile, shards
 
@@ -93,7 +94,7 @@ def latest_submit_tag(api: Api, org: str, repo: str) -> str | None:
 def release_time(api: Api, org: str, repo: str, tag: str) -> str | None:
     """When GitHub created ``tag``'s Release (ISO 8601, GitHub's clock), or None without one."""
     try:
-        release = api(f"repos/{org}/{repo}/releases/tags/{tag}", {})
+        release = api(f"repos/{org}/{repo}/releases/tags/{quote(tag, safe='')}", {})
     except SystemExit:  # no Release for that tag (gh api says 404)
         return None
     when = release.get("created_at") if isinstance(release, dict) else None
