@@ -9,6 +9,8 @@
     python -m grader template DEST           GitHub Classroom's template repository (grader.runners.github)
     python -m grader gh-outputs RESULTS      the retired GitHub Classroom's outputs  (grader.runners.github)
     python -m grader classroom50 build OUT   Classroom 50's autograder folder  (grader.runners.classroom50)
+    python -m grader classroom50 publish DIR the grades in Classroom 50's gradebook
+                                                                (grader.runners.classroom50_publish)
     python -m grader export --format F       a gradebook import file   (grader.runners.export)
 """
 
@@ -22,8 +24,26 @@ SUBCOMMANDS = ("class", "merge", "repos", "release", "gradescope", "template", "
                "export")
 
 
+def unrelated_grader() -> str | None:
+    """A warning when an unrelated distribution named ``grader`` (PyPI's, 2012) is installed: this
+    grader comes with the course's ``attnmask`` distribution, and ``pip install grader`` gets the
+    other one, whose ``import grader`` may shadow this one."""
+    from importlib import metadata
+
+    try:
+        other = metadata.distribution("grader")
+    except metadata.PackageNotFoundError:
+        return None
+    return (f"warning: an unrelated package named 'grader' ({other.metadata.get('Name', 'grader')} "
+            f"{other.version}) is installed in this Python; the course's grader comes with its package "
+            "attnmask, not with `pip install grader`. Remove the other one: pip uninstall grader")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    clash = unrelated_grader()
+    if clash:
+        print(clash, file=sys.stderr)
     name, rest = (argv[0], argv[1:]) if argv else ("", [])
     if name == "class":
         from .runners.classroom import main as run
@@ -40,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif name == "gh-outputs":
         from .runners.github import gh_outputs_main as run
     elif name == "classroom50":
-        from .runners.classroom50 import main as run
+        from .runners.classroom50_publish import command as run
     elif name == "export":
         from .runners.export import main as run
     else:

@@ -13,8 +13,9 @@ check's outcomes as they arrive with the checks' own judges, which compute the r
 Student code runs inside bubblewrap (:mod:`grader.sandbox.allowlist`), in
 namespaces of its own: it sees no file of the course, the grader's results or
 other students, and nothing it leaves behind outlives its grading. Where that
-sandbox cannot be made the grading stops before any student code runs, unless a
-user who is not root asked to run their own code without it (``unconfined``);
+sandbox cannot be made the grading stops before any student code runs, unless the
+user asked to run their own code without it (``unconfined``), which root may only
+where no secret seed is set (:func:`grader.sandbox.allowlist.unconfined_refused`);
 the report's isolation block says which, as the worker measured it.
 """
 
@@ -278,8 +279,8 @@ def grade(
             the number of exercises being graded.
         hide: more paths the worker must prove it cannot see (besides the course,
             the grader and the submission itself): other submissions, report files.
-        unconfined: run student code without the sandbox where it cannot be made
-            (refused as root): for a student checking their own work.
+        unconfined: run student code without the sandbox, for a student checking their
+            own work (refused as root while GRADER_SEED is set; the report says so).
 
     Never raises for anything in the submission: unreadable files, code that
     crashes, hangs or cheats all end up as messages in the report.
@@ -300,6 +301,11 @@ def grade(
         server, confined, refused = zygote.for_grading(unconfined)
         if refused is not None:
             src, report.error, report.internal_error = None, refused, True
+        elif unconfined and confined:  # asked for, refused, graded in the sandbox: never in silence
+            from .sandbox import allowlist
+
+            why = allowlist.unconfined_refused() or "class mode's sandbox is shared"
+            report.notes.append(f"--unconfined was refused ({why}): graded inside the sandbox")
     try:
         try:
             registry = load_registry() if registry is None else registry

@@ -54,8 +54,21 @@ def reproduce(r: Report) -> str:
 
 
 def check_yourself(r: Report) -> str:
-    """What a student can run to check their work again (without the instructor's seed)."""
-    return f"python -m grader {os.path.basename(os.path.normpath(r.submission)) or r.submission}"
+    """What a student can run to check their work again (without the instructor's seed): on the
+    file they handed in, when it was one (a platform puts an upload in a folder of its own, such
+    as Gradescope's ``submission/``, which the student does not have), else on their folder."""
+    path = os.path.normpath(r.submission)
+    if os.path.isdir(path):
+        try:
+            handed = sorted(f for f in os.listdir(path)
+                            if f.endswith((".ipynb", ".py")) and not f.startswith("."))
+        except OSError:
+            handed = []
+        if len(handed) == 1:
+            return f"python -m grader {handed[0]}"
+        if handed:
+            return "python -m grader FOLDER (the folder of your notebooks, e.g. exercises/)"
+    return f"python -m grader {os.path.basename(path) or r.submission}"
 
 
 def summary_line(e: ExerciseResult) -> str:
@@ -302,6 +315,11 @@ def print_terminal(r: Report, console=None, *, verbose: bool = False, scope: str
 
     console = console or Console()
     r = terminal.printable_report(r)  # nothing a submission wrote may drive the terminal
+    if terminal.nothing_graded(r):  # no table of zeros, no total, no exercise "next": only why
+        console.print(Text(f"Grader: {r.submission} · nothing was graded", style="bold"), highlight=False)
+        console.print(Text(f"Not graded: {r.error}", style="bold red"))
+        console.print(Text(terminal.next_step(r), style="bold"), highlight=False)
+        return
     compact = not verbose and _nothing_found(r)  # one line for all the exercises, not one each
     total = "total" + (f" ({scope})" if scope else "")
     rows = [(f"{terminal.number(e)} {e.name}", f"{fmt_points(e.score)} / {fmt_points(e.max_score)}",

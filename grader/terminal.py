@@ -29,6 +29,28 @@ _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)
                       r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", re.S)
 
 
+#: Set in a notebook's kernel, and so in a ``!python -m grader`` it runs: IPython runs that command
+#: on a pseudo-terminal, which looks like a terminal but shows every frame of a progress bar.
+NOTEBOOK_ENV = ("JPY_PARENT_PID", "JPY_SESSION_NAME", "COLAB_RELEASE_TAG", "VSCODE_PID_NOTEBOOK")
+
+
+def live_terminal(stream=None) -> bool:
+    """Whether ``stream`` (default stderr) is a terminal a person watches redraw: a tty, no
+    notebook cell behind it (:data:`NOTEBOOK_ENV`, or matplotlib's inline backend), not TERM=dumb.
+    Progress bars are drawn only there; FORCE_COLOR does not make a pipe one."""
+    import os
+    import sys
+
+    stream = sys.stderr if stream is None else stream
+    try:
+        tty = os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+    env = os.environ
+    in_notebook = any(env.get(k) for k in NOTEBOOK_ENV) or "matplotlib_inline" in env.get("MPLBACKEND", "")
+    return tty and not in_notebook and env.get("TERM", "") != "dumb"
+
+
 def printable(text: str) -> str:
     """``text`` with no terminal control characters: no ANSI escapes, no carriage returns,
     no other C0/C1 controls but newlines and tabs. Student code's output, its error messages
@@ -63,11 +85,18 @@ def notebook_of(chapter: int, submission: str) -> str | None:
     return None
 
 
+def nothing_graded(r: Report) -> bool:
+    """The grading stopped before any student code ran (no sandbox, a submission not read)."""
+    from .results import GRADER_ERROR
+
+    return bool(r.error) and r.internal_error and all(e.status == GRADER_ERROR for e in r.exercises)
+
+
 def next_step(r: Report) -> str:
     """The last line: the first exercise, in chapter order, that does not pass yet, and where it is."""
     todo = next((e for e in sorted(r.exercises, key=lambda e: e.chapter)
                  if e.status not in (PASSED, SKIPPED)), None)
-    if r.error and todo is None:
+    if r.error and (todo is None or nothing_graded(r)):
         return "next: fix what stopped the grading (above), then grade again"
     if todo is None:
         return "next: nothing to fix: every exercise graded here passes"

@@ -45,7 +45,7 @@ CLASSROOM, ASSIGNMENT, USER = "ml-fall", "attention-masks", "ada-l"
 
 REQUIRED = {"schema", "classroom", "assignment", "assignment_type", "owner", "submission", "commit",
             "release", "review", "datetime", "score", "max-score", "tests"}
-OPTIONAL = {"graded_at", "submitted_by"}  # stamped by the runner; no other key is allowed
+OPTIONAL = {"graded_at", "submitted_by"}  # graded_at: when this grading ran; no other key is allowed
 TEST_REQUIRED = {"test-name", "passed", "score", "max-score"}  # a test may carry more (its feedback)
 DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$")
 
@@ -67,7 +67,7 @@ def schema_problems(result, env) -> list[str]:
     for key, want in (("classroom", env["CLASSROOM"]), ("assignment", env["ASSIGNMENT"]), ("owner", USER)):
         if not isinstance(result.get(key), str) or result.get(key) != want:
             bad.append(f"{key} is {result.get(key)!r}, want {want!r}")
-    if result.get("assignment_type") not in ("individual", "group"):
+    if result.get("assignment_type") not in ("individual", "group", "team"):  # runner.py's three modes
         bad.append("assignment_type")
     if not isinstance(result.get("submission"), str) or not result["submission"].startswith("submit/"):
         bad.append("submission must be a submit/* tag")
@@ -100,7 +100,8 @@ def test_the_schema_facts_can_fail():
     """The checker itself: a valid result passes, and each broken rule is caught."""
     env = runner_env(Path("/dev/null"))
     good = {"schema": "classroom50/result/v1", "classroom": CLASSROOM, "assignment": ASSIGNMENT,
-            "assignment_type": "individual", "owner": USER, "submission": "submit/20261101T100000Z-abc1234",
+            "assignment_type": "individual", "owner": USER,
+            "submission": "submit/2026-11-01T10-00-00Z-abc1234",
             "commit": "c", "release": "r", "review": "v", "datetime": "2026-11-01T10:00:00Z", "score": 3,
             "max-score": 3, "tests": [{"test-name": "t", "passed": True, "score": 3, "max-score": 3}]}
     assert schema_problems(good, env) == []
@@ -125,7 +126,7 @@ def bundle(tmp_path_factory) -> Path:
 
 def runner_env(checkout: Path, *, bundle: Path | None = None) -> dict[str, str]:
     repo = f"{CLASSROOM}-{ASSIGNMENT}-{USER}"
-    tag = "submit/20261101T100000Z-abc1234"
+    tag = "submit/2026-11-01T10-00-00Z-abc1234"
     base = f"https://github.com/ml-org/{repo}"
     env = {k: v for k, v in os.environ.items() if k not in ("GRADER_SEED", "PYTHONPATH")}
     env.update(CLASSROOM=CLASSROOM, ASSIGNMENT=ASSIGNMENT, SUBMISSION_TAG=tag, MODE="individual",
@@ -239,12 +240,61 @@ def test_outside_the_runner_it_says_what_is_missing(bundle, tmp_path):
     assert not (tmp_path / "result.json").exists()
 
 
-@pytest.mark.parametrize(("earned", "top", "whole", "got"), [(3.0, 3.0, 3, 3), (2.99, 3.0, 3, 2),
-                                                             (0.4, 5.0, 5, 0), (5.0000000001, 5.0, 5, 5),
-                                                             (0.0, 4.0, 4, 0), (2.5, 2.5, 3, 3),
-                                                             (2.4, 2.5, 3, 2), (4.5, 4.5, 4, 4)])
-def test_points_earned_are_whole_and_rounded_down(earned, top, whole, got):
-    assert classroom50._points(earned, top, whole) == got
+class _Exercise:
+    def __init__(self, name, score, top, status):
+        self.name, self.chapter, self.score, self.max_score, self.status = name, 1, score, top, status
+        self.checks, self.notes, self.message = [], [], ""
+
+
+class _Report:
+    def __init__(self, exercises, error=None):
+        self.exercises, self.error, self.internal_error = exercises, error, error is not None
+        self.score, self.max_score = sum(e.score for e in exercises), sum(e.max_score for e in exercises)
+        self.seed, self.checks_kind, self.notes, self.public_only = 1, "public checks", [], True
+
+
+def test_datetime_is_the_commit_date_and_graded_at_the_grading():
+    """Classroom 50's meaning: ``datetime`` is the graded commit's committer date (the runner
+    stamps its own over it), ``graded_at`` when this grading ran."""
+    report = _Report([_Exercise("causal_mask", 2.5, 2.5, "passed")])
+    result = classroom50.result_of(report, runner_env(Path("/dev/null")), now=1_800_000_000,
+                                   submitted=1_799_990_000)
+    from datetime import datetime, timezone
+
+    def utc(t):
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    assert (result["datetime"], result["graded_at"]) == (utc(1_799_990_000), utc(1_800_000_000))
+    assert schema_problems(result, runner_env(Path("/dev/null"))) == []
+
+
+@pytest.mark.parametrize("given", ["individual", "group", "team"])
+def test_the_assignment_type_is_the_runners(given):
+    env = {**runner_env(Path("/dev/null")), "ASSIGNMENT_TYPE": given}
+    assert classroom50.identity(env)["assignment_type"] == given
+
+
+def test_the_release_page_shows_one_total():
+    """The gradebook's whole points, once; the table below keeps each exercise's exact points."""
+    from grader.results import PARTIAL, PASSED
+
+    report = _Report([_Exercise("causal_mask", 2.5, 2.5, PASSED), _Exercise("attention", 1.0, 2.5, PARTIAL)])
+    result = classroom50.result_of(report, runner_env(Path("/dev/null")))
+    body = classroom50.release_body(result, report)
+    assert result["score"] == 4 == sum(t["score"] for t in result["tests"])  # 3.5 -> 4
+    assert body.startswith("### Public checks: 4 / 5\n")
+    assert len(re.findall(r"\d+(\.\d+)? / \d+(\.\d+)?\s*$", body.split("| exercise")[0], re.M)) == 1
+    assert "## Grader:" not in body
+
+
+def test_a_failure_inside_the_grader_is_a_graded_zero_with_its_reason():
+    """``status=error`` would publish no Release, so collect-scores would never see the submission."""
+    report = _Report([_Exercise("causal_mask", 0.0, 2.5, "grader error")], error="the sandbox did not start")
+    result = classroom50.result_of(report, runner_env(Path("/dev/null")))
+    status, summary = classroom50.status_and_summary(result, report)
+    assert status == "failure" and result["score"] == 0
+    assert "not graded" in summary and "the sandbox did not start" in summary
+    assert "The grader failed on this submission" in classroom50.release_body(result, report)
 
 
 def test_whole_points_add_up_to_the_course_total():
@@ -256,3 +306,19 @@ def test_whole_points_add_up_to_the_course_total():
     assert sum(whole) == round(sum(tops))
     assert all(math.floor(t) <= w <= math.ceil(t) for t, w in zip(tops, whole))
     assert classroom50.whole_points([2.5, 2.5, 3.0]) == [3, 2, 3]  # one point left, to the first tie
+
+
+def test_an_install_that_fails_is_a_graded_zero_not_an_error(tmp_path, monkeypatch):
+    """pip cannot install the pin (a runtime's Python torch has no wheel for): exit 0, a valid
+    result.json with 0 and the reason, status=failure; an exit 1 would publish no Release."""
+    monkeypatch.setattr(classroom50, "_install", lambda bundle: "pip could not install the requirements")
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    env = runner_env(checkout)
+    (tmp_path / "github_output").write_text("")
+    assert classroom50.autograde(tmp_path, workspace=checkout, env=env) == 0
+    result = json.loads((checkout / "result.json").read_text())
+    assert schema_problems(result, env) == [] and (result["score"], result["tests"]) == (0, [])
+    assert "pip could not install" in (checkout / "release-body.md").read_text()
+    outputs = (tmp_path / "github_output").read_text()
+    assert outputs.startswith("status=failure\nsummary=attention masks: not graded")

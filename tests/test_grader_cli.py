@@ -222,3 +222,55 @@ def test_an_empty_notebook_is_one_line_not_one_per_exercise(tmp_path):
     assert lines[-1].startswith("next: exercise 1.1 causal_mask")
     assert len(lines) <= 5, p.stdout
     assert json.loads((tmp_path / "r.json").read_text())["score"] == 0
+
+
+def _on_a_pty(env_extra: dict[str, str]) -> bytes:
+    """``python -m grader`` with stderr on a pseudo-terminal, as IPython runs a ``!`` cell's command."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", **env_extra}
+    proc = subprocess.Popen([sys.executable, "-m", "grader", str(ROOT / "solutions" / "ex01_leakage.ipynb"),
+                             "--exercise", "causal_mask", "--public-only"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=300)
+    os.close(master)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("marker", [{"JPY_PARENT_PID": "1"}, {"COLAB_RELEASE_TAG": "release-colab"},
+                                    {"MPLBACKEND": "module://matplotlib_inline.backend_inline"}])
+def test_no_progress_bar_in_a_notebook_cell(marker):
+    """``!python -m grader`` in a notebook: a pty, but a cell shows every frame of a bar."""
+    err = _on_a_pty(marker)
+    assert b"\x1b[" not in err and b"grading" not in err, err[:300]
+
+
+def test_no_progress_bar_into_a_pipe_even_with_force_color():
+    p = run(str(ROOT / "solutions" / "ex01_leakage.ipynb"), "--exercise", "causal_mask", "--public-only",
+            env={**__import__("os").environ, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"})
+    assert p.returncode == 0 and "\x1b[" not in p.stderr
+
+
+def test_an_unrelated_grader_distribution_is_named_and_how_to_remove_it(tmp_path):
+    """PyPI's `grader` (1.2, 2012) is another package: `pip install grader` gets it."""
+    import os
+
+    info = tmp_path / "grader-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: grader\nVersion: 1.2\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    p = run(str(tmp_path / "nothing-here.ipynb"), env=env)
+    assert "unrelated package named 'grader' (grader 1.2)" in p.stderr and "pip uninstall grader" in p.stderr
+    assert "unrelated package" not in run(str(tmp_path / "nothing-here.ipynb")).stderr

@@ -224,3 +224,21 @@ def test_empty_submission_gets_a_zero_and_a_reason(tmp_path, bundle):
     results, _ = simulate(tmp_path, bundle, {"notes.txt": b"I forgot to upload"})
     _valid(results)
     assert results["score"] == 0 and "No notebook" in results["output"] and "notes.txt" in results["output"]
+
+
+def test_feedback_on_a_notebook_upload_names_the_notebook_not_the_platforms_folder(tmp_path):
+    """Gradescope puts an upload in ``submission/``, a folder the student does not have: the
+    command to check again names what they handed in."""
+    from types import SimpleNamespace
+
+    from grader.report import check_yourself
+
+    upload = tmp_path / "submission"
+    upload.mkdir()
+    (upload / "ex01_leakage.ipynb").write_text("{}")
+    assert check_yourself(SimpleNamespace(submission=str(upload))) == "python -m grader ex01_leakage.ipynb"
+    (upload / "ex02_softmax.ipynb").write_text("{}")
+    said = check_yourself(SimpleNamespace(submission=str(upload)))
+    assert "submission" not in said and "exercises/" in said
+    assert check_yourself(SimpleNamespace(submission=str(upload / "ex01_leakage.ipynb"))).endswith(
+        "grader ex01_leakage.ipynb")

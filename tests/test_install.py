@@ -147,3 +147,17 @@ def test_away_from_the_course_the_installed_grader_says_what_it_needs(venv, tmp_
         p = run(venv, "-m", "grader", *args, cwd=tmp_path)
         assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
         assert "needs the course repository" in p.stderr and "Run it from the root of a clone" in p.stderr
+
+
+def test_the_readme_installs_the_wheel_it_builds_and_with_the_cpu_index(tmp_path):
+    """The README's wheel lines: the file `pip wheel` writes is the one they install, always with
+    PyTorch's CPU index (without it, pip resolves torch>=2.5 to PyPI's CUDA build on Linux)."""
+    readme = (REPO / "README.md").read_text()
+    build = re.search(r"`(python -m pip wheel --no-deps -w dist \.)`", readme)
+    assert build, "the README says how to build the wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=600)
+    (built,) = [p.name for p in tmp_path.glob("*.whl")]
+    installs = [line for line in readme.splitlines() if ".whl" in line and "install" in line]
+    assert installs and all(built in line for line in installs), (built, installs)
+    assert all("--extra-index-url https://download.pytorch.org/whl/cpu" in line for line in installs)

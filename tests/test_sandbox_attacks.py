@@ -146,7 +146,9 @@ def _cli(tmp_path: Path, *args: str, path: str | None = None) -> tuple[subproces
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the refusal of --unconfined is for root")
-def test_as_root_student_code_never_runs_unconfined(tmp_path):
+def test_as_root_student_code_never_runs_unconfined(tmp_path, monkeypatch):
+    """Root with a secret seed (an instructor's grading); without one, see test_unconfined_root."""
+    monkeypatch.setenv("GRADER_SEED", "271828182845904523536")
     p, results = _cli(tmp_path, "--unconfined", path="/nonexistent")
     assert p.returncode != 0
     assert "STUDENT CODE RAN" not in p.stdout + p.stderr + json.dumps(results)

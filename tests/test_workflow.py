@@ -17,7 +17,7 @@ import yaml
 
 from attnmask import CONTRACT
 from grader.__main__ import SUBCOMMANDS
-from grader.runners import classroom, github, repos
+from grader.runners import classroom, classroom50_publish, github, repos
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENT = REPO / "classroom" / "github" / ".github" / "workflows" / "classroom.yml"
@@ -99,6 +99,8 @@ def test_every_run_command_refers_to_things_that_exist(path, tmp_path):
                 args = rest[1:]
                 args = args[:next((i for i, w in enumerate(args) if w in (">", "<", ">>")), len(args))]
                 repos.build_parser().parse_args(args)  # valid arguments (listing needs GitHub)
+            elif module == "grader" and rest[:2] == ["classroom50", "publish"] and path == INSTRUCTOR:
+                classroom50_publish.build_parser().parse_args(rest[2:])  # valid (publishing needs GitHub)
             elif module == "grader" and rest[0] in SUBCOMMANDS:
                 assert rest[0] in ("gh-outputs", "template"), rest  # what a student's workflow may run
             elif module == "grader":

@@ -6,11 +6,13 @@
   :mod:`.processes` (one grading under a time limit; the gradings' fork server),
   :mod:`.scores` and :mod:`.classsummary`; around the gradings :mod:`.classrun` (the
   shard, the roster and the late policy before, the outputs after), with :mod:`.shards`,
-  :mod:`.rosterfile`, :mod:`.lateness`, :mod:`.classreport`, :mod:`.similarity` and
-  :mod:`.sheets` (cells no spreadsheet runs);
+  :mod:`.rosterfile`, :mod:`.lateness`, :mod:`.classreport`, :mod:`.similarity`,
+  :mod:`.feedback` (each student's file to hand out) and :mod:`.sheets` (cells no
+  spreadsheet runs);
 * :mod:`.merge` -- ``python -m grader merge``: the shards of a class put back together;
 * :mod:`.repos` -- ``python -m grader repos``: an assignment's repositories, all of them;
 * :mod:`.classroom50` -- Classroom 50's autograder folder and the result.json it writes;
+  :mod:`.classroom50_publish` -- a class run's grades into its gradebook (scores.json);
 * :mod:`.export` -- ``python -m grader export``: a class's grades as a gradebook import;
 * :mod:`.github` -- the student template repository, and the retired GitHub Classroom's outputs;
 * :mod:`.gradescope` -- the Gradescope bundle and its run;

@@ -28,11 +28,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import similarity
+from . import lateness, similarity
 from .scores import exercise_of, read_results
 
 _GRADER = Path(__file__).resolve().parents[1]
 OTHER = "other (no classic mistake named)"
+#: An exercise the grader did not find in the submission (not handed in, or a notebook it could not read).
+NOT_FOUND = "not found"
 
 
 @lru_cache(maxsize=1)
@@ -97,6 +99,7 @@ def gather(out: Path, record: dict[str, Any]) -> dict[str, ExerciseStats]:
         if not row.get("slug") or row["status"] != "graded":
             continue
         results = read_results(out / row["slug"] / "results.json")
+        status = (results or {}).get("extra_data", {}).get("status") or {}
         for t in (results or {}).get("tests", []):
             ex = exercise_of(str(t.get("name", "")), exercises)
             if ex is None or not t.get("max_score"):
@@ -108,7 +111,10 @@ def gather(out: Path, record: dict[str, Any]) -> dict[str, ExerciseStats]:
                 continue
             headline = text.splitlines()[0] if text else ""
             unwritten = "not implemented" in headline.lower()
-            mistake = "not implemented" if unwritten else name_mistake(headline)
+            if isinstance(status, dict) and status.get(ex) == NOT_FOUND:
+                mistake = NOT_FOUND
+            else:
+                mistake = "not implemented" if unwritten else name_mistake(headline)
             s.mistakes[mistake] += 1
             if mistake not in s.example and (grid := _grid(text)):
                 s.example[mistake] = grid
@@ -145,7 +151,7 @@ def _figures(stats: dict[str, ExerciseStats], n: int) -> tuple[str, str, dict[st
     ax.set_title(f"Mean score per exercise ({n} students)")
     overview = _png(fig)
     top = sorted(((c, f"{e}: {m}") for e, s in stats.items() for m, c in s.mistakes.items()
-                  if m not in (OTHER, "not implemented")), reverse=True)[:12]
+                  if m not in (OTHER, "not implemented", NOT_FOUND)), reverse=True)[:12]
     fig, ax = plt.subplots(figsize=(9, 0.35 * max(1, len(top)) + 1))
     ax.barh([t[1] for t in top][::-1], [100 * t[0] / max(1, n) for t in top][::-1], color="#c44e52")
     ax.set_xlim(0, 100)
@@ -179,7 +185,12 @@ def _timing(record: dict[str, Any]) -> str:
 
 def _status_line(record: dict[str, Any]) -> str:
     counts = Counter(r["status"] for r in record["rows"])
-    return ", ".join(f"{c} {s}" for s, c in counts.most_common())
+    line = ", ".join(f"{c} {s}" for s, c in counts.most_common())
+    claims = [r["student"] for r in record["rows"] if r.get("submitted_from") in lateness.CLAIMS]
+    if claims:  # a due date without the platform's times: the class's hand-in times are the students' word
+        line += (f"; {len(claims)} hand-in times are the student's own claim (a commit date or file times, "
+                 "set on their machine), not the platform's: give the roster a submitted column")
+    return line
 
 
 def markdown(record: dict[str, Any], stats: dict[str, ExerciseStats],
@@ -190,7 +201,7 @@ def markdown(record: dict[str, Any], stats: dict[str, ExerciseStats],
     lines += ["## The classic mistakes the class made most", "", "| exercise | mistake | students | share |",
               "|---|---|---|---|"]
     top = sorted(((c, e, m) for e, s in stats.items() for m, c in s.mistakes.items()
-                  if m not in (OTHER, "not implemented")), reverse=True)
+                  if m not in (OTHER, "not implemented", NOT_FOUND)), reverse=True)
     lines += ([f"| {e} | {m} | {c} | {100 * c / max(1, n):.0f}% |" for c, e, m in top[:15]]
               or ["| – | none | | |"])
     for e, s in stats.items():

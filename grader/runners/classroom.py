@@ -46,7 +46,7 @@ from .. import seed as seed_mod
 from ..sandbox import allowlist
 from ..sandbox.zygote import Zygote
 from ..seed import SEED_ENV
-from ..terminal import printable
+from ..terminal import live_terminal, printable
 from .classrun import finish, plan_from, write_grades
 from .classsummary import print_summary
 from .processes import (
@@ -286,7 +286,8 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
 
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]grading[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, disable=not progress or not todo) as bar:
+                  TimeElapsedColumn(), console=console,
+                  disable=not progress or not todo or not live_terminal(sys.stderr)) as bar:
         task = bar.add_task(f"{len(todo)} of {len(students)} students ({jobs} workers)", total=len(todo))
         cores = _core_pool(jobs) if pin else None
         # Gradings forked from a server with the grader imported, and their sandboxed workers

@@ -23,9 +23,21 @@ Points: Classroom 50 takes whole numbers, and the course's are not all whole (2.
 Each exercise is one test; its whole points are its course points apportioned by largest
 remainder (Hamilton's method: every exercise gets its points rounded down, and the points left
 go one each to the largest fractions, ties to the earlier exercise), so the tests add up to the
-course's total, 100. The points earned are the same share of the whole points, rounded **down**,
-so no test shows more than was earned and full points only when every public check passed;
-the score is the sum of the tests'.
+course's total, 100. The points earned are the grade rounded to the nearest whole point (a half
+rounds up), spread over the exercises the same way (:func:`whole_scores`): each exercise shows its
+share rounded down or up, never points on an exercise with none, never full points on one that is
+not full, and the tests add up to the score. That score is the one total the release page shows.
+
+Times (Classroom 50's contract, runner.py and the result/v1 schema): ``datetime`` is the
+submission instant, the graded commit's committer date; the runner overwrites whatever an
+autograder writes there, so this one's value (the checkout's HEAD commit date, else now)
+only stands in for it. ``graded_at`` is when this grading ran. A committer date is set by
+the student's machine; the instructor's class run takes the hand-in time from the platform
+(:mod:`.repos`: the submission Release's creation time).
+
+A grading that fails inside the grader is reported as a graded 0 with the reason
+(``status=failure``), not ``status=error``: on ``error`` the runner publishes no Release and
+``collect-scores`` never sees the submission.
 """
 
 from __future__ import annotations
@@ -104,18 +116,39 @@ def build(repo: Path, out: Path, assignment: str = DEFAULT_ASSIGNMENT) -> Path:
 def whole_points(tops: Sequence[float]) -> list[int]:
     """Each exercise's whole points: ``tops`` apportioned by largest remainder (see the module)."""
     floors = [math.floor(t + 1e-9) for t in tops]
-    left = round(sum(tops)) - sum(floors)
+    left = math.floor(sum(tops) + 0.5 + 1e-9) - sum(floors)  # a half rounds up, as the scores do
     by_fraction = sorted(range(len(tops)), key=lambda i: (-(tops[i] - floors[i]), i))
     for i in by_fraction[:max(0, left)]:
         floors[i] += 1
     return floors
 
 
-def _points(score: float, top: float, whole: int) -> int:
-    """Whole points earned: the share ``score / top`` of ``whole``, rounded down."""
-    if top <= 0:
-        return 0
-    return min(whole, max(0, math.floor(score / top * whole + 1e-9)))
+def whole_scores(scores: Sequence[float], tops: Sequence[float], *,
+                 total: float | None = None) -> list[tuple[int, int]]:
+    """Each exercise's (whole points earned, whole points): see the module. The earned points add
+    up to the grade (``total``, default the scores' sum: less after a late penalty) rounded to the
+    nearest whole point wherever the exercises can hold it."""
+    wholes = whole_points(tops)
+    share = [0.0 if t <= 0 else min(1.0, max(0.0, s / t)) for s, t in zip(scores, tops)]
+    full = [x >= 1 - 1e-9 for x in share]
+    ideal = [x * w for x, w in zip(share, wholes)]
+    got = [w if f else min(max(0, w - 1), math.floor(y + 1e-9)) for f, w, y in zip(full, wholes, ideal)]
+    grade = sum(max(0.0, s) for s in scores) if total is None else max(0.0, total)
+    target = math.floor(grade + 0.5 + 1e-9)
+    while sum(got) != target:
+        if sum(got) < target:  # one more to the largest fraction that has room (never full, never empty)
+            room = [i for i in range(len(got)) if not full[i] and share[i] > 0 and got[i] < wholes[i] - 1]
+            pick = min(room, key=lambda i: (-(ideal[i] - got[i]), i), default=None)
+            step = 1
+        else:  # one less from the smallest fraction of an exercise that is not full
+            room = ([i for i in range(len(got)) if not full[i] and got[i] > 0]
+                    or [i for i in range(len(got)) if got[i] > 0])  # a penalty may take from full ones
+            pick = min(room, key=lambda i: (ideal[i] - got[i], i), default=None)
+            step = -1
+        if pick is None:
+            break
+        got[pick] += step
+    return list(zip(got, wholes))
 
 
 def identity(env: Mapping[str, str]) -> dict[str, str]:
@@ -129,9 +162,23 @@ def identity(env: Mapping[str, str]) -> dict[str, str]:
     named = repo_name[len(prefix):] if repo_name.lower().startswith(prefix) else env.get("GITHUB_ACTOR", "")
     owner = env.get("OWNER") or env.get("USERNAME") or named
     return {"classroom": classroom, "assignment": assignment,
-            "assignment_type": env.get("ASSIGNMENT_TYPE") or "individual", "owner": owner,
+            "assignment_type": assignment_type(env), "owner": owner,
             "submission": env.get("SUBMISSION_TAG", ""), "commit": commit,
             "release": env.get("RELEASE_URL") or commit, "review": env.get("REVIEW_URL") or commit}
+
+
+#: Classroom 50's assignment modes (runner.py's ``assignment_type``: individual, group or team).
+ASSIGNMENT_TYPES = ("individual", "group", "team")
+
+
+def assignment_type(env: Mapping[str, str]) -> str:
+    """The runner's ``ASSIGNMENT_TYPE`` (it stamps its own over ours anyway); unknown -> individual."""
+    given = (env.get("ASSIGNMENT_TYPE") or "").strip().lower()
+    return given if given in ASSIGNMENT_TYPES else "individual"
+
+
+def stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def missing_identity(env: Mapping[str, str]) -> list[str]:
@@ -139,42 +186,52 @@ def missing_identity(env: Mapping[str, str]) -> list[str]:
     return [k for k in ("CLASSROOM", "ASSIGNMENT", "SUBMISSION_TAG") if not env.get(k, "").strip()]
 
 
-def result_of(report: Any, env: Mapping[str, str], *, now: float | None = None) -> dict[str, Any]:
-    """A :class:`~grader.results.Report` as Classroom 50's ``result.json``: one test per exercise."""
+def result_of(report: Any, env: Mapping[str, str], *, now: float | None = None,
+              submitted: float | None = None) -> dict[str, Any]:
+    """A :class:`~grader.results.Report` as Classroom 50's ``result.json``: one test per exercise.
+    ``submitted``: the graded commit's committer date (the runner stamps its own over it)."""
     from ..report import exercise_text, test_name
-    from ..results import PASSED
 
+    now = time.time() if now is None else now
     tests = []
-    for e, top in zip(report.exercises, whole_points([e.max_score for e in report.exercises])):
-        score = _points(e.score, e.max_score, top)
-        tests.append({"test-name": test_name(e), "passed": e.status == PASSED, "score": score,
-                      "max-score": top, "status": e.status, "output": exercise_text(e)[:4000]})
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
-    return {"schema": SCHEMA, **identity(env), "datetime": stamp,
-            "score": sum(t["score"] for t in tests), "max-score": sum(t["max-score"] for t in tests),
-            "tests": tests}
+    points = whole_scores([e.score for e in report.exercises], [e.max_score for e in report.exercises])
+    for e, (score, top) in zip(report.exercises, points):
+        tests.append({"test-name": test_name(e), "passed": e.max_score > 0 and e.score >= e.max_score - 1e-9,
+                      "score": score, "max-score": top, "status": e.status,
+                      "output": exercise_text(e)[:4000]})
+    return {"schema": SCHEMA, **identity(env), "datetime": stamp(now if submitted is None else submitted),
+            "graded_at": stamp(now), "score": sum(t["score"] for t in tests),
+            "max-score": sum(t["max-score"] for t in tests), "tests": tests}
 
 
 def status_and_summary(result: Mapping[str, Any], report: Any) -> tuple[str, str]:
-    """The ``status=`` (success, failure or error) and ``summary=`` lines, one line each."""
+    """The ``status=`` (success or failure) and ``summary=`` lines, one line each. A grading
+    that failed inside the grader is a graded 0 with the reason, ``failure``: on ``error`` the
+    runner would publish no Release, and collect-scores would never see the submission."""
     tests = result["tests"]
     passed = sum(t["passed"] for t in tests)
+    if getattr(report, "internal_error", False):
+        why = str(report.error)[:200].replace("\n", " ")
+        return "failure", f"attention masks, public checks: not graded, 0/{result['max-score']} ({why})"
     line = (f"attention masks, public checks: {result['score']}/{result['max-score']} "
             f"({passed} of {len(tests)} exercises pass)")
-    if getattr(report, "internal_error", False):
-        return "error", f"the grader failed: {str(report.error)[:200]}".replace("\n", " ")
     return ("success" if tests and passed == len(tests) else "failure"), line
 
 
 def release_body(result: Mapping[str, Any], report: Any) -> str:
-    """release-body.md: the score, then the grader's own Markdown summary, whose feedback per
-    exercise is the text ``check()`` prints for the same checks."""
+    """release-body.md: one total (the gradebook's), then the grader's own Markdown summary
+    without its own total line, whose feedback per exercise is the text ``check()`` prints."""
     from ..report import markdown
 
-    return (f"### Public checks: {result['score']} / {result['max-score']}\n\n"
-            "These are the checks `check()` runs in your notebook, graded as whole points (rounded "
-            "down). Your grade comes from your instructor's run, which adds hidden cases.\n\n"
-            + markdown(report))
+    table = markdown(report).split("\n", 1)[1].lstrip("\n")  # its first line is the exact total
+    failed = ""
+    if getattr(report, "internal_error", False):
+        failed = (f"**The grader failed on this submission** ({report.error}); this 0 is not your work's "
+                  "score: push again, and tell your instructor if it stays.\n\n")
+    return (f"### Public checks: {result['score']} / {result['max-score']}\n\n" + failed +
+            "These are the checks `check()` runs in your notebook. The total is in whole points: the "
+            "exercises' points below added up and rounded to the nearest point. Your grade comes from "
+            "your instructor's run, which adds hidden cases.\n\n" + table)
 
 
 # --------------------------------------------------------------------------- the run
@@ -184,6 +241,22 @@ def _torch_importable() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
+
+
+def _not_graded(workspace: Path, env: Mapping[str, str], why: str) -> None:
+    """result.json, release-body.md and the outputs of a submission the grader could not grade:
+    0 points, no test, and the reason (the runner publishes it; collect-scores sees it)."""
+    if sys.version_info >= (3, 13):
+        why += (f" (this runner's Python is {sys.version_info.major}.{sys.version_info.minor}: set the "
+                "assignment's runtime to {\"python\": \"3.11\"})")
+    now = time.time()
+    result = {"schema": SCHEMA, **identity(env), "datetime": stamp(_commit_time(workspace) or now),
+              "graded_at": stamp(now), "score": 0, "max-score": 100, "tests": []}
+    (workspace / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (workspace / BODY_FILE).write_text(f"### Public checks: not graded, 0 / 100\n\nThe grader could not run "
+                                       f"on this runner: {why}. This 0 is not your work's score; tell your "
+                                       "instructor.\n", encoding="utf-8")
+    _write_outputs(env.get("GITHUB_OUTPUT"), "failure", f"attention masks: not graded ({why})"[:300])
 
 
 def _install(bundle: Path) -> str | None:
@@ -201,15 +274,24 @@ def _install(bundle: Path) -> str | None:
 
 
 def _confinement() -> bool:
-    """Whether to ask for ``unconfined``: only where bubblewrap is missing and we are not root
-    (the student's own code, in the student's own CI job, on public cases only)."""
+    """Whether to ask for ``unconfined``: only where bubblewrap is missing and the rule allows it
+    (:func:`~grader.sandbox.allowlist.unconfined_refused`: no secret seed here; the student's own
+    code, in the student's own CI job, on public cases only)."""
     from ..sandbox import allowlist
 
     try:
         allowlist.bwrap()
     except allowlist.Unavailable:
-        return os.geteuid() != 0
+        return allowlist.unconfined_refused() is None
     return False
+
+
+def _commit_time(workspace: Path) -> float | None:
+    """The checkout's HEAD committer date (what the runner writes as ``datetime``), or None."""
+    from .lateness import last_commit_time
+
+    when = last_commit_time(workspace)
+    return None if when is None else when.timestamp()
 
 
 def _target(workspace: Path) -> Path:
@@ -235,15 +317,18 @@ def autograde(bundle: str | os.PathLike, *, workspace: Path | None = None,
               "sets them; nothing was graded.", file=sys.stderr)
         return 2
     why = _install(Path(bundle))
-    if why is not None:
+    if why is not None:  # a graded 0 with the reason: an exit 1 would be status=error, no Release
         print(f"::error::autograder: {why}", file=sys.stderr)
-        return 1  # grading did not run: the runner records an error result
+        _not_graded(workspace, env, why)
+        return 0
     from .. import engine
 
     unconfined = _confinement()
     report = engine.grade(str(_target(workspace)), seed=engine.DEFAULT_SEED, public_only=True,
                           unconfined=unconfined)
-    if report.internal_error and not unconfined and os.geteuid() != 0:
+    from ..sandbox import allowlist
+
+    if report.internal_error and not unconfined and allowlist.unconfined_refused() is None:
         # bubblewrap is there but this runner forbids its namespaces (Ubuntu 24.04's AppArmor)
         unconfined = True
         report = engine.grade(str(_target(workspace)), seed=engine.DEFAULT_SEED, public_only=True,
@@ -251,7 +336,7 @@ def autograde(bundle: str | os.PathLike, *, workspace: Path | None = None,
     if unconfined:
         report.notes.append("graded without the sandbox (bubblewrap is missing or not allowed on this "
                             "runner): public checks of your own code, in your own repository's job")
-    result = result_of(report, env)
+    result = result_of(report, env, submitted=_commit_time(workspace))
     (workspace / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (workspace / BODY_FILE).write_text(release_body(result, report), encoding="utf-8")
     status, summary = status_and_summary(result, report)
@@ -266,7 +351,8 @@ def autograde(bundle: str | os.PathLike, *, workspace: Path | None = None,
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader classroom50",
                                 description="Classroom 50 (GitHub Classroom's successor): build the "
-                                            "assignment's autograder folder for the config repository.")
+                                            "assignment's autograder folder for the config repository, or "
+                                            "publish a class run's grades (`publish GRADES_DIR --help`).")
     sub = p.add_subparsers(dest="action", required=True)
     b = sub.add_parser("build", help="write OUT/autograders/ASSIGNMENT/ (public checks only, no seed)")
     b.add_argument("out", type=Path)

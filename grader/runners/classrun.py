@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import lateness, rosterfile, shards, sheets
+from . import feedback, lateness, rosterfile, shards, sheets
 from .lateness import LatePolicy
 from .scores import _fmt
 
@@ -88,16 +88,17 @@ def _late_fields(plan: Plan, row: dict[str, Any], enrolled: rosterfile.Enrolled 
     own_due = enrolled.due if enrolled else None
     ext = enrolled.extension_days if enrolled else 0.0
     due = lateness.due_for(plan.due, own_due, ext)
-    when = None
+    when, source = None, ""
     if enrolled and enrolled.submitted:
         when = lateness.parse_time(enrolled.submitted, "the roster's submitted column")
+        source = lateness.FROM_ROSTER
     elif due is not None and path is not None:  # without a due date, when does not matter: no git is run
-        when = lateness.submitted_at(path)
+        when, source = lateness.submitted_from(path)
     late = lateness.days_late(when, due) if row["status"] != "missing" else 0
     top = row.get("max") or 0.0
     penalty = min(plan.policy.penalty(late, top), row["total"])
     row.update(raw=row["total"], penalty=penalty, total=round(row["total"] - penalty, 2),
-               days_late=late, submitted=when.isoformat() if when else "",
+               days_late=late, submitted=when.isoformat() if when else "", submitted_from=source,
                due=due.isoformat() if due else "")
 
 
@@ -140,11 +141,13 @@ def write_grades(rows: Sequence[dict[str, Any]], path: Path, exercises: Sequence
                  roster: bool) -> None:
     """grades.csv. Without a roster or a due date: student, one column per exercise, total,
     max, status, isolation, message. With them, also the roster's id and name, and ``raw`` (the
-    grader's score), ``penalty`` (the late policy's) and ``final`` in place of total."""
+    grader's score), ``penalty`` (the late policy's) and ``final`` in place of total, and where the
+    hand-in time came from (``submitted_from``: the roster's, or the student's own claim)."""
     maxes = [r["max"] for r in rows if r.get("max") is not None]
     class_max = statistics.mode(maxes) if maxes else None
     who = ["student", "id", "name"] if roster else ["student"]
-    score = ["raw", "penalty", "final", "max", "days_late", "submitted", "due"] if late else ["total", "max"]
+    score = (["raw", "penalty", "final", "max", "days_late", "submitted", "due", "submitted_from"] if late
+             else ["total", "max"])
     header = [*who, *exercises, *score, "status", "isolation", "message"]
     lines = []
     for r in rows:
@@ -152,7 +155,7 @@ def write_grades(rows: Sequence[dict[str, Any]], path: Path, exercises: Sequence
         # A row that was not graded has no points at all, rather than a zero nobody earned.
         got = _fmt if r["status"] != "not graded" else _blank
         points = ([got(r["raw"]), got(r["penalty"]), got(r["total"]), top, _fmt(r["days_late"]),
-                   r["submitted"], r["due"]] if late else [got(r["total"]), top])
+                   r["submitted"], r["due"], r.get("submitted_from", "")] if late else [got(r["total"]), top])
         lines.append([*(r.get(k, "") for k in who), *(got(r["scores"].get(e, 0.0)) for e in exercises),
                       *points, r["status"], r.get("isolation", ""), r["message"]])
     sheets.write(path, header, lines)  # names and messages are the students': no formula gets through
@@ -171,12 +174,29 @@ def write_outputs(out: Path, record: dict[str, Any], *, report: bool = True) -> 
         write_report(out, record)
 
 
+def exercise_maxima(out: Path, rows: Sequence[dict[str, Any]], exercises: Sequence[str]) -> dict[str, float]:
+    """Each exercise's maximum, as this run's gradings gave it (the same for every student): what a
+    merge holds every student's points to (:mod:`~grader.runners.merge`)."""
+    from .scores import exercise_of, read_results
+
+    seen: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("status") != "graded" or not r.get("slug"):
+            continue
+        for t in (read_results(out / r["slug"] / "results.json") or {}).get("tests", []):
+            ex = exercise_of(str(t.get("name", "")), exercises)
+            if ex is not None and isinstance(t.get("max_score"), (int, float)):
+                seen.setdefault(ex, []).append(float(t["max_score"]))
+    return {ex: statistics.mode(tops) for ex, tops in seen.items()}
+
+
 def finish(out: Path, plan: Plan, graded: Sequence[Any], *, fingerprint: str, exercises: Sequence[str],
            extra: Sequence[str], seed: int, wall: float) -> dict[str, Any]:
     """After class mode graded ``graded`` (its Rows): every output of this run (or shard)."""
     from dataclasses import asdict
 
     rows = rows_for(plan, [asdict(r) for r in graded])
+    feedback.write_all(out, rows)  # the students' own files: no seed, no hidden case
     if plan.report:
         from .similarity import save_functions
 
@@ -186,7 +206,8 @@ def finish(out: Path, plan: Plan, graded: Sequence[Any], *, fingerprint: str, ex
     record = shards.run_record(fingerprint=fingerprint, exercises=exercises,
                                options=shards.public_options(extra),
                                seed=seed, shard=plan.shard, everyone=plan.everyone, rows=rows, wall=wall,
-                               extra={"settings": plan.settings(), "policy": plan.policy.describe()})
+                               extra={"settings": plan.settings(), "policy": plan.policy.describe(),
+                                      "maxima": exercise_maxima(out, rows, exercises)})
     write_outputs(out, record, report=plan.report)
     if plan.strangers:
         print(f"note: {len(plan.strangers)} submissions are on nobody's roster (graded, marked in "

@@ -93,7 +93,7 @@ def build_parser() -> _Parser:
                         "nothing but Python and its libraries exists)")
     p.add_argument("--unconfined", action="store_true",
                    help="where the sandbox (bubblewrap) cannot be made, run your own code without it, to "
-                        "check your own work; refused as root; the report says so")
+                        "check your own work; refused as root while GRADER_SEED is set; the report says so")
     return p
 
 
@@ -207,9 +207,11 @@ def _progress_bar(quiet: bool):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    console = Console(stderr=True)
-    if not console.is_terminal:
+    from ..terminal import live_terminal
+
+    if not live_terminal(sys.stderr):  # a pipe, a file, a notebook's ! cell: no frames to flood it
         return None, lambda: None
+    console = Console(stderr=True)
     bar = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                    console=console, transient=True)
     task = bar.add_task("", total=None)

@@ -58,8 +58,29 @@ def canvas_roster(path: Path) -> list[dict[str, str]]:
             if (r.get("Student") or "").strip() not in ("", "Points Possible", "Student, Test")]
 
 
-def _graded_keys(row: dict[str, Any]) -> set[str]:
-    return {_norm(row.get(k)) for k in ("student", "id", "name")} - {""}
+def _graded_keys(row: dict[str, Any], norm=_norm) -> set[str]:
+    return {norm(row.get(k)) for k in ("student", "id", "name")} - {""}
+
+
+def _exact(text: Any) -> str:
+    return str(text or "").strip()
+
+
+def _match(person: dict[str, str], graded: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The graded row of a Canvas roster entry: an exact match of its login, SIS id, id or name
+    first; else the one row that matches ignoring case. Two rows that both match are refused,
+    both named: taking the first would give one student the other's grade."""
+    for norm in (_exact, _norm):
+        for key in ("SIS Login ID", "SIS User ID", "ID", "Student"):
+            want = norm(person[key])
+            hits = [r for r in graded if want and want in _graded_keys(r, norm)]
+            if len(hits) > 1:
+                raise SystemExit(f"the Canvas roster's {person['Student']!r} ({key} {person[key]!r}) matches "
+                                 f"{len(hits)} graded rows: {', '.join(repr(r['student']) for r in hits)}; "
+                                 "nothing was written. One folder per student, named as in Canvas.")
+            if hits:
+                return hits[0]
+    return None
 
 
 def canvas(record: dict[str, Any], assignment: str, roster: list[dict[str, str]] | None
@@ -73,8 +94,7 @@ def canvas(record: dict[str, Any], assignment: str, roster: list[dict[str, str]]
         return header, rows, notes
     graded = list(record["rows"])
     for person in roster:
-        wants = [_norm(person[k]) for k in ("SIS Login ID", "SIS User ID", "ID", "Student")]
-        hit = next((r for w in wants if w for r in graded if w in _graded_keys(r)), None)
+        hit = _match(person, graded)
         if hit is None:
             notes.append(person["Student"])
             score = ""  # Canvas leaves a blank cell as it was

@@ -10,11 +10,12 @@ The policy is one string, ``--late-policy``, stated back in words by
 * ``P/day,cap=C``: the same, never more than C percent in all.
 
 A student's due date is the roster's ``due`` column when it has one, else ``--due``, plus
-the roster's ``extension_days``. When they handed in is the roster's ``submitted`` column,
-else the time of the last commit when the submission is a git clone, else the newest
-modification time of its files (a copy keeps it only with ``cp -p`` or ``rsync -t``). A commit time is
-set by the student's own machine: the grader trusts it as GitHub Classroom's own deadline
-view does not; check a surprising one against the push time in GitHub's UI.
+the roster's ``extension_days``. When they handed in is the roster's ``submitted`` column: the
+platform's time (Classroom 50's submission Release, which ``python -m grader repos tags`` writes
+there; an LMS's upload time). Without it, the time of the last commit when the submission is a
+git clone, else the newest modification time of its files (a copy keeps it only with ``cp -p``
+or ``rsync -t``): both are set by the student's own machine, so grades.csv's ``submitted_from``
+says the time is the student's claim (:data:`CLAIMS`), and the class report counts those rows.
 """
 
 from __future__ import annotations
@@ -120,18 +121,30 @@ def last_commit_time(path: Path) -> datetime | None:
     return None
 
 
-def submitted_at(path: Path | None) -> datetime | None:
-    """When a submission was handed in, as far as its files tell (see the module docstring)."""
+#: Where a hand-in time came from (grades.csv's ``submitted_from``): the platform's, or the student's claim.
+FROM_ROSTER = "roster (the platform's time)"
+FROM_COMMIT = "last commit's date (the student's claim)"
+FROM_FILES = "file times (the student's claim)"
+CLAIMS = (FROM_COMMIT, FROM_FILES)
+
+
+def submitted_from(path: Path | None) -> tuple[datetime | None, str]:
+    """When a submission was handed in as far as its files tell, and where that came from."""
     if path is None or not path.exists():
-        return None
+        return None, ""
     if path.is_dir() and not path.is_symlink():
         when = last_commit_time(path)
         if when is not None:
-            return when
+            return when, FROM_COMMIT
     files = [path] if path.is_file() else [f for f in path.rglob("*")
                                            if f.is_file() and ".git" not in f.parts]
     stamps = [f.stat().st_mtime for f in files]
-    return datetime.fromtimestamp(max(stamps), timezone.utc) if stamps else None
+    return (datetime.fromtimestamp(max(stamps), timezone.utc), FROM_FILES) if stamps else (None, "")
+
+
+def submitted_at(path: Path | None) -> datetime | None:
+    """When a submission was handed in, as far as its files tell (see the module docstring)."""
+    return submitted_from(path)[0]
 
 
 def due_for(due: datetime | None, own_due: str | None, extension_days: float) -> datetime | None:

@@ -7,6 +7,12 @@ their keyed hashes, never read), then rebuilds every row's scores from that stud
 ``results.json``, copies the students' folders into ``--out`` and writes ``grades.csv``,
 ``class-run.json`` and the class report there, as one run of the whole class would.
 
+A shard's folder is data anyone with it could have written, so the merge also holds it to what a
+class run writes (:func:`check_rows`): one row and one folder per student within a shard, a
+folder that is the student's own (its name derived from theirs, used by no other row), and
+points that are finite and within each exercise's maximum (the maxima the shards recorded, which
+must agree). Anything else refuses the whole merge, naming the shard and the row.
+
 Every student that some shard saw must have exactly one row. Missing students (a shard
 that failed or was not passed) and duplicates (the same shard passed twice, or two runs
 with different shard counts) are listed, and the merge exits 1 without writing grades
@@ -16,6 +22,8 @@ unless ``--allow-partial`` is given, in which case the missing get a row that sa
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -25,7 +33,8 @@ from typing import Any
 from .. import safetext
 from . import shards
 from .classrun import write_outputs
-from .scores import isolation, max_score, per_exercise, read_results, total_score
+from .roster import slug_of
+from .scores import exercise_of, isolation, max_score, per_exercise, read_results, total_score
 
 #: What every shard of one class must agree on, with the words for a refusal.
 AGREE = (("grader", "grader version (its sources' fingerprint)"), ("exercises", "exercise list"),
@@ -63,6 +72,80 @@ def check_agreement(records: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return problems
 
 
+def class_maxima(records: list[tuple[Path, dict[str, Any]]]) -> dict[str, float]:
+    """Each exercise's maximum as the shards recorded it; a SystemExit where two shards differ."""
+    maxima: dict[str, tuple[float, Path]] = {}
+    for d, r in records:
+        for ex, top in (r.get("maxima") or {}).items():
+            if not isinstance(top, (int, float)) or not math.isfinite(top) or top < 0:
+                raise SystemExit(f"refusing to merge: the shard {d} records the maximum of {ex!r} as {top!r}")
+            if ex in maxima and maxima[ex][0] != top:
+                raise SystemExit(f"refusing to merge: the shards {maxima[ex][1]} and {d} give {ex!r} "
+                                 f"different maxima ({maxima[ex][0]:g} and {top:g}): grade them with one "
+                                 "grader")
+            maxima.setdefault(ex, (float(top), d))
+    return {ex: top for ex, (top, _) in maxima.items()}
+
+
+def _points_problem(results: dict[str, Any], exercises: Sequence[str],
+                    maxima: dict[str, float]) -> str | None:
+    """Why a student's results.json cannot be a class run's (points out of range), else None."""
+    for t in results.get("tests") or []:
+        ex = exercise_of(str(t.get("name", "")), exercises) if isinstance(t, dict) else None
+        if ex is None:
+            return f"a test that is no exercise of the class ({str(t)[:80]!r})"
+        score, top = t.get("score"), t.get("max_score")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                   for x in (score, top)):
+            return f"{ex}: points {score!r} of {top!r} are not finite numbers"
+        if ex in maxima and (top != maxima[ex] or not 0 <= score <= top + 1e-9):
+            return f"{ex}: {score!r} of {top!r}, where the class's maximum is {maxima[ex]:g}"
+    total = results.get("score", 0)
+    if not isinstance(total, (int, float)) or not math.isfinite(total):
+        return f"a total of {total!r}"
+    return None
+
+
+def check_rows(d: Path, record: dict[str, Any], maxima: dict[str, float]) -> None:
+    """One shard's rows as a class run writes them (see the module); a SystemExit names the row."""
+    seen: dict[str, int] = {}
+    for i, row in enumerate(map(_row, record.get("rows") or [])):
+        where = f"the shard {d}, row {i + 1} ({row['student']!r})"
+        key = str(row.get("id") or row["student"])
+        if key in seen:
+            raise SystemExit(f"refusing to merge: {where} repeats the student of row {seen[key] + 1}; a "
+                             "class run writes one row per student")
+        seen[key] = i
+        total = row.get("total", 0.0)
+        if not isinstance(total, (int, float)) or not math.isfinite(total):
+            raise SystemExit(f"refusing to merge: {where} has the total {total!r}")
+        slug = str(row.get("slug") or "")
+        if not slug:
+            continue
+        base = slug_of(row["student"])
+        if "\\" not in row["student"] and slug != base and not re.fullmatch(re.escape(base) + r"-\d+", slug):
+            raise SystemExit(f"refusing to merge: {where} names the folder {slug!r}, which is not this "
+                             f"student's (class mode would name it {base!r})")
+        results = read_results(d / slug / "results.json") if safetext.component(slug) else None
+        problem = _points_problem(results, record.get("exercises") or [], maxima) if results else None
+        if problem:
+            raise SystemExit(f"refusing to merge: {where}: its results.json has {problem}")
+
+
+def _one_folder_each(records: list[tuple[Path, dict[str, Any]]]) -> None:
+    """No two rows of the merge write the same folder of --out."""
+    owner: dict[str, str] = {}
+    for d, r in records:
+        for row in map(_row, r.get("rows") or []):
+            slug = str(row.get("slug") or "")
+            if not slug:
+                continue
+            who = f"{row['student']!r} of the shard {d}"
+            if slug in owner and owner[slug] != who:
+                raise SystemExit(f"refusing to merge: {owner[slug]} and {who} both name the folder {slug!r}")
+            owner[slug] = who
+
+
 def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, report: bool = True
           ) -> tuple[dict[str, Any] | None, list[str], list[str]]:
     """Merge the shard folders ``dirs`` into ``out``. Returns the merged record (None when the
@@ -73,6 +156,12 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
         raise SystemExit("refusing to merge shards graded differently:\n  " + "\n  ".join(problems))
     first = records[0][1]
     exercises = first["exercises"]
+    maxima = class_maxima(records)
+    for d, r in records:
+        check_rows(d, r, maxima)
+    distinct = {d.resolve() for d, _ in records}
+    if len(distinct) == len(records):  # the same shard passed twice is the duplicates' case below
+        _one_folder_each(records)
     everyone: dict[str, None] = {}  # in the order the shards list them
     for _, r in records:
         everyone.update(dict.fromkeys(safetext.name(n) for n in r["class"]))
@@ -122,7 +211,8 @@ def merge(dirs: Sequence[Path], out: Path, *, allow_partial: bool = False, repor
     for name in missing:
         merged_rows.append({"student": name, "slug": "", "status": "not merged", "total": 0.0, "max": None,
                             "scores": {}, "seconds": 0.0, "raw": 0.0, "penalty": 0.0, "days_late": 0.0,
-                            "submitted": "", "due": "", "id": name if name in names else "",
+                            "submitted": "", "submitted_from": "", "due": "",
+                            "id": name if name in names else "",
                             "name": names.get(name, ""),
                             "message": "no shard given to the merge graded this student"})
     # the order of one run: the roster's, then everyone else by name

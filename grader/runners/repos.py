@@ -22,6 +22,11 @@ one student name (the repository's name without ``PREFIX-``) per line and can wr
 them as a roster; ``python -m grader repos tag ORG REPO`` prints the repository's latest
 ``submit/*`` tag (Classroom 50 tags each submission ``submit/<UTC-timestamp>-<short-sha>``,
 so the greatest name is the latest), the one the class is graded at;
+``python -m grader repos tags ORG PREFIX --roster roster.csv`` does that for every student
+of the roster (``login tag`` lines, the clone list) and writes the roster's ``submitted``
+column: the creation time of the tag's Release, GitHub's own clock when Classroom 50's runner
+published the submission. That is the hand-in time late penalties count from; a tag's name and
+a commit's date are written by the student and are not trusted for it.
 ``python -m grader repos shard roster.csv --shard i/N`` prints the names of one shard
 (:mod:`.shards`), so each job of a matrix clones only its own.
 Every call goes through ``gh api`` (the GitHub CLI, authenticated by ``$GH_TOKEN``).
@@ -37,6 +42,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from . import rosterfile, shards
 
@@ -83,6 +89,39 @@ def latest_submit_tag(api: Api, org: str, repo: str) -> str | None:
     tags = [r["ref"].removeprefix("refs/tags/") for r in refs if isinstance(r, dict)
             and isinstance(r.get("ref"), str) and r["ref"].startswith("refs/tags/submit/")]
     return max(tags) if tags else None
+
+
+def release_time(api: Api, org: str, repo: str, tag: str) -> str | None:
+    """When GitHub created ``tag``'s Release (ISO 8601, GitHub's clock), or None without one."""
+    try:
+        release = api(f"repos/{org}/{repo}/releases/tags/{quote(tag, safe='')}", {})
+    except SystemExit:  # no Release for that tag (gh api says 404)
+        return None
+    when = release.get("created_at") if isinstance(release, dict) else None
+    return when if isinstance(when, str) and when else None
+
+
+def stamp_roster(api: Api, org: str, prefix: str, path: Path) -> list[tuple[str, str]]:
+    """Each roster student's latest submit tag, and the roster rewritten with their hand-in
+    times (the tags' Releases'); returns the (student, tag) pairs to clone."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows or "id" not in rows[0]:
+        raise SystemExit(f"{path} is not a roster this command writes (id,name,folder): write it with "
+                         "`python -m grader repos list ORG PREFIX --roster FILE` first.")
+    pairs = []
+    for row in rows:
+        login = (row.get("folder") or row["id"]).strip()
+        tag = latest_submit_tag(api, org, f"{prefix}-{login}")
+        row["submitted"] = ""
+        if tag is not None:
+            pairs.append((login, tag))
+            row["submitted"] = release_time(api, org, f"{prefix}-{login}", tag) or ""
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[*[k for k in rows[0] if k != "submitted"], "submitted"])
+        w.writeheader()
+        w.writerows(rows)
+    return pairs
 
 
 def by_search(api: Api, org: str, prefix: str) -> list[str]:
@@ -134,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     tg = sub.add_parser("tag", help="a repository's latest submit/* tag (exit 1 when it has none)")
     tg.add_argument("org")
     tg.add_argument("repo")
+    ts = sub.add_parser("tags", help="'student tag' per roster student with a submission; writes the "
+                                     "roster's submitted column (the Releases' times)")
+    ts.add_argument("org")
+    ts.add_argument("prefix")
+    ts.add_argument("--roster", type=Path, required=True, help="the roster `repos list --roster` wrote")
     sh = sub.add_parser("shard", help="the roster's students in one shard, one per line")
     sh.add_argument("roster", type=Path)
     sh.add_argument("--shard", required=True, metavar="i/N")
@@ -147,6 +191,12 @@ def main(argv: Sequence[str] | None = None, *, api: Api = gh_api) -> int:
         for e in rosterfile.read(args.roster):
             if shard.holds(e.shard_key):
                 print(e.shard_key)
+        return 0
+    if args.action == "tags":
+        pairs = stamp_roster(api, args.org, args.prefix, args.roster)
+        print("\n".join(f"{u} {t}" for u, t in pairs))
+        print(f"{len(pairs)} students handed something in; hand-in times written to {args.roster}",
+              file=sys.stderr)
         return 0
     if args.action == "tag":
         tag = latest_submit_tag(api, args.org, args.repo)

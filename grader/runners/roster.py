@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,30 @@ def _is_hidden(p: Path) -> bool:
     return p.name.startswith(".")
 
 
+def slug_of(name: str) -> str:
+    """A safe folder name for a student: accents transliterated (NFKD: ``Zoë`` -> ``Zoe``), then
+    every character that is not an ASCII letter, digit or ``._@+-`` replaced by ``_``."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
+    return re.sub(r"[^A-Za-z0-9._@+-]", "_", plain, flags=re.ASCII) or "_"
+
+
+def refuse_case_twins(named: list[tuple[Path, str]]) -> None:
+    """Two students whose names differ only by case (``Bob`` and ``bob``) are refused, both named:
+    logins, LMS exports and case-insensitive file systems take them for one person."""
+    seen: dict[str, Path] = {}
+    twins = []
+    for p, name in named:
+        key = name.casefold()
+        if key in seen:
+            twins.append(f"{safetext.name(seen[key].name)!r} and {safetext.name(p.name)!r}")
+        else:
+            seen[key] = p
+    if twins:
+        raise SystemExit(f"class mode found students whose names differ only by case: {'; '.join(twins)}. "
+                         "A login, a gradebook export and many file systems take them for the same student, "
+                         "so nothing was graded: rename or merge those folders (one folder per student).")
+
+
 def discover(submissions: Path, out: Path | None = None) -> tuple[list[Student], list[Path]]:
     """Students of SUBMISSIONS_DIR, sorted by name, and the entries that are not students."""
     if not submissions.is_dir():
@@ -58,10 +83,11 @@ def discover(submissions: Path, out: Path | None = None) -> tuple[list[Student],
     for p in entries:
         key = p.name if p.is_dir() else p.stem
         stems[key] = stems.get(key, 0) + 1
+    named = [(p, p.name if p.is_dir() or stems[p.stem] > 1 else p.stem) for p in entries]
+    refuse_case_twins(named)
     students, slugs = [], set()
-    for p in entries:
-        name = p.name if p.is_dir() or stems[p.stem] > 1 else p.stem
-        slug = re.sub(r"[^A-Za-z0-9._@+-]", "_", name) or "_"
+    for p, name in named:
+        slug = slug_of(name)
         base, k = slug, 2
         while slug in slugs:  # two names that differ only in unsafe characters
             slug, k = f"{base}-{k}", k + 1

