@@ -250,3 +250,47 @@ def test_backward_refuses_saved_tensors_of_the_wrong_shape():
         am.tiled_attention_backward(q, k, v, out, lse[..., None], out, None, 4)
     with pytest.raises(ValueError, match="tile must be an int >= 1"):
         am.tiled_attention_backward(q, k, v, out, lse, out, None, 0)
+
+
+# --------------------------------------------------------------------------- grading the backward
+
+def _points(fn, seed):
+    from buggy import grade
+
+    from grader.checks import EXERCISES
+    from grader.results import CheckResult, score_of
+
+    checks = EXERCISES["tiled_attention_backward"].make_checks(seed, hidden=True)
+    verdicts = grade(fn, checks)
+    return score_of([CheckResult(c.name, c.public, c.weight, verdicts[c.name].passed, kind=c.kind)
+                     for c in checks if c.name in verdicts])
+
+
+def _unmasked_autograd(q, k, v, out, lse, d_out, mask=None, tile=64):
+    q, k, v = (t.detach().float().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        o = torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, -1) @ v
+        return tuple(g.to(d_out.dtype) for g in torch.autograd.grad(o, (q, k, v), d_out.float()))
+
+
+TRIVIAL_BACKWARD = {
+    "zeros": lambda q, k, v, out, lse, d_out, mask=None, tile=64: (
+        torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)),
+    "inputs": lambda q, k, v, out, lse, d_out, mask=None, tile=64: (q.clone(), k.clone(), v.clone()),
+    "random": lambda q, k, v, out, lse, d_out, mask=None, tile=64: (
+        torch.randn_like(q), torch.randn_like(k), torch.randn_like(v)),
+    "unmasked": _unmasked_autograd,
+}
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("style", sorted(TRIVIAL_BACKWARD))
+def test_backward_code_that_does_nothing_scores_zero(style, seed):
+    assert _points(TRIVIAL_BACKWARD[style], seed) == 0.0
+
+
+def test_backward_from_the_whole_weight_matrix_keeps_about_half_the_points():
+    from buggy import tiled
+
+    assert _points(am.tiled_attention_backward, 3) == 1.0
+    assert 0.3 <= _points(tiled.backward_autograd, 3) <= 0.6
