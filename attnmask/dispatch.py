@@ -26,8 +26,9 @@ Why the CPU materialises other predicates: FlexAttention without
 ``torch.compile`` runs unfused there, and was 4-10x slower than materialising
 the mask and calling SDPA (one run: L = 1024 and 2048, B = 1, H = 8, d = 64,
 float32, 2 threads, torch 2.13, a sliding window of 256 and 4 packed
-documents); compiling it would cost tens of seconds per new shape (not part of
-that comparison), more than a course notebook's whole run.
+documents); compiling it would cost tens of seconds for the first length and
+again for the second, which recompiles with symbolic sizes (not part of that
+comparison), more than a course notebook's whole run.
 
 On CUDA the ``BlockMask`` of a mask function is built once and kept with the
 function (:func:`flex_block_mask`): chapter 7's rule, build it once per batch

@@ -297,3 +297,25 @@ def test_building_a_document_block_mask_does_not_touch_the_whole_b_h_lq_lk_grid(
     run = subprocess.run([sys.executable, "-c", BUILD, str(L)], capture_output=True, text=True, check=True)
     peak = int(run.stdout.strip().splitlines()[-1])
     assert peak < 32 * L * L, f"building the BlockMask raised the peak by {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.slow
+def test_compiled_flex_attention_is_compiled_twice_at_most_for_any_number_of_lengths():
+    """Issue 40: torch.compile(flex_attention, dynamic=False) compiled once per sequence length. Now
+    the second length recompiles once with symbolic sizes and the third reuses that graph. (On the
+    CPU, the path the CUDA plan takes; compiling takes about a minute here.)"""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    dispatch._compiled_flex = None
+    try:
+        for L in (256, 384, 512):
+            q, k, v = (torch.randn(1, 2, L, 16) for _ in range(3))
+            fn = P.document((torch.arange(L) * 4 // L)[None])  # (B, L): four packed documents
+            out = dispatch._flex(q, k, v, fn, 0.25)
+            torch.testing.assert_close(out, am.attention(q, k, v, fn, scale=0.25)[0], rtol=1e-5, atol=1e-5)
+        assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
+    finally:
+        dispatch._compiled_flex = None
+        torch._dynamo.reset()
