@@ -62,7 +62,7 @@ from .serving import (
     tree_positions,
 )
 from .softmax import masked_softmax
-from .tiled import tiled_attention
+from .tiled import tiled_attention, tiled_attention_backward
 
 __version__ = "0.1.0"
 
@@ -82,6 +82,7 @@ CONTRACT = (
     "prefix_lm_mask",
     "document_mask",
     "tiled_attention",
+    "tiled_attention_backward",
     "left_padding_position_ids",
     "packed_labels",
     "gqa_attention",
@@ -156,6 +157,7 @@ __all__ = [
     "sliding_window_mask",
     "split_kv_attention",
     "tiled_attention",
+    "tiled_attention_backward",
     "to_additive",
     "train_steps",
     "tree_ancestors",

@@ -26,8 +26,18 @@ Why the CPU materialises other predicates: FlexAttention without
 ``torch.compile`` runs unfused there, and was 4-10x slower than materialising
 the mask and calling SDPA (one run: L = 1024 and 2048, B = 1, H = 8, d = 64,
 float32, 2 threads, torch 2.13, a sliding window of 256 and 4 packed
-documents); compiling it would cost tens of seconds per new shape (not part of
-that comparison), more than a course notebook's whole run.
+documents); compiling it would cost tens of seconds for the first length and
+again for the second, which recompiles with symbolic sizes (not part of that
+comparison), more than a course notebook's whole run.
+
+On CUDA the ``BlockMask`` of a mask function is built once and kept with the
+function (:func:`flex_block_mask`): chapter 7's rule, build it once per batch
+and reuse it in every layer, without asking the caller to hold it. It is built
+with ``H=None`` unless the predicate may read the head (only a custom one can),
+and with ``B=None`` unless it reads the batch, so ``create_mask`` does not run
+over the whole ``(B, H, Lq, Lk)`` grid. FlexAttention is compiled once per
+process with automatic dynamic shapes: a second sequence length recompiles
+once with symbolic sizes, and later lengths reuse that graph.
 
 Every path returns what the explicit path returns, a zero output for a fully
 masked query row included. :func:`plan` reads shapes, dtypes, the device and
@@ -37,6 +47,7 @@ works on the ``meta`` device.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -45,10 +56,12 @@ import torch.nn.functional as F
 from . import predicates as P
 from .predicates import MaskFn
 
-__all__ = ["Plan", "dense_mask", "plan", "run"]
+__all__ = ["Plan", "dense_mask", "flex_block_mask", "plan", "run"]
 
 # Kinds whose predicate never reads b or h: one (Lq, Lk) mask serves every (b, h).
-_BATCH_FREE = {"causal", "sliding_window", "prefix_lm"}
+_BATCH_FREE = {"causal", "sliding_window", "prefix_lm", "chunked_local"}
+# Kinds whose predicate never reads h: every predicate built in attnmask.predicates.
+_HEAD_FREE = _BATCH_FREE | {"key_padding", "document"}
 # What compiled FlexAttention handles on CUDA, kept to what PyTorch documents.
 _FLEX_DTYPES = {torch.float16, torch.bfloat16, torch.float32}
 _FLEX_HEAD_DIMS = {16, 32, 64, 128, 256}
@@ -67,6 +80,13 @@ def _reads_batch(mask_fn: MaskFn) -> bool:
     if kind in ("and", "or"):
         return any(_reads_batch(part) for part in params["parts"])
     return kind not in _BATCH_FREE
+
+
+def _reads_head(mask_fn: MaskFn) -> bool:
+    kind, params = P.kind_of(mask_fn)
+    if kind in ("and", "or"):
+        return any(_reads_head(part) for part in params["parts"])
+    return kind not in _HEAD_FREE
 
 
 def plan(q: torch.Tensor, k: torch.Tensor, mask, *, need_weights: bool) -> Plan:
@@ -145,18 +165,37 @@ def dense_mask(mask_fn: MaskFn, q: torch.Tensor, k: torch.Tensor) -> torch.Tenso
 
 
 _compiled_flex = None
+#: mask function -> {(B or None, H or None, Lq, Lk, device): its BlockMask}. Weak keys: the
+#: BlockMasks go when the mask function does (a new batch builds a new document predicate).
+_BLOCK_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def flex_block_mask(mask_fn: MaskFn, B: int, H: int, Lq: int, Lk: int, device: torch.device | str):
+    """The ``BlockMask`` of ``mask_fn`` for ``(B, H, Lq, Lk)`` on ``device``, built on the first call
+    and returned again on the next ones for the same function and sizes.
+
+    Batch and heads are passed to ``create_block_mask`` only if the predicate reads them: a
+    ``BlockMask`` built with ``None`` broadcasts, and ``create_mask`` then evaluates the predicate
+    over ``(1, 1, Lq, Lk)`` or ``(B, 1, Lq, Lk)`` instead of ``(B, H, Lq, Lk)``.
+    """
+    key = (B if _reads_batch(mask_fn) else None, H if _reads_head(mask_fn) else None, Lq, Lk, str(device))
+    try:
+        built = _BLOCK_MASKS.setdefault(mask_fn, {})
+    except TypeError:  # not weak-referenceable (a functools.partial, say): build it, keep nothing
+        built = {}
+    if key not in built:
+        built[key] = P.block_mask(mask_fn, Lq, Lk, B=key[0], H=key[1], device=device)
+    return built[key]
 
 
 def _flex(q, k, v, mask_fn, scale):
     from torch.nn.attention.flex_attention import flex_attention
 
     global _compiled_flex
-    if _compiled_flex is None:  # compile once per process, not per call
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    if _compiled_flex is None:  # compile once per process, not per call; dynamic=None: a second
+        _compiled_flex = torch.compile(flex_attention)  # shape recompiles once, symbolically
     B, H, Lq, _ = q.shape
-    per_batch = _reads_batch(mask_fn)
-    block = P.block_mask(mask_fn, Lq, k.shape[-2], B=B if per_batch else None, H=H if per_batch else None,
-                         device=q.device)
+    block = flex_block_mask(mask_fn, B, H, Lq, k.shape[-2], q.device)
     return _compiled_flex(q, k, v, block_mask=block, scale=scale)
 
 

@@ -3,6 +3,7 @@
     python scripts/bench_attention.py                      # L = 256 .. 2048 on the CPU
     python scripts/bench_attention.py --lengths 512 4096 --device cuda
     python scripts/bench_attention.py --tables masks       # only the second table
+    python scripts/bench_attention.py --tables blockmask --lengths 1024 4096   # the BlockMask build
 
 Table ``causal``: four ways to compute causal self-attention of ``q, k, v (B, H, L, d)``:
 
@@ -29,6 +30,17 @@ Table ``masks``: masks SDPA has no flag for, a causal sliding window
   boolean mask, built before the measurement as an input. Each predicate row's
   ratios are relative to its ``_dense`` row.
 
+Table ``blockmask``: building FlexAttention's ``BlockMask`` of ``--documents`` packed
+documents (``document(doc_ids)``, which reads the batch but not the head), the block
+mask of the CUDA path of ``attnmask.attention`` (issue 40):
+
+* ``blockmask_per_call``: before, ``create_block_mask(fn, B, H, L, L)`` on every call, so
+  ``create_mask`` evaluated the predicate over the whole ``(B, H, L, L)`` grid each time;
+* ``blockmask_once``: now, ``attnmask.dispatch.flex_block_mask(fn, B, H, L, L)``: ``H=None``
+  (the predicate ignores the head), built on the first call and returned from a cache on
+  the next ones (every layer of a model reuses it). Its peak memory is that of the one
+  build, over ``(B, 1, L, L)``; its time is a call after the first, a cache lookup.
+
 How the figures are taken, all in one run of this script:
 
 * Time: the methods of one table and one L are timed in one process, *interleaved*:
@@ -41,15 +53,16 @@ How the figures are taken, all in one run of this script:
   the rounds' paired ratios (each round's method over that round's baseline) with
   their range.
 * Peak extra memory on the CPU: each (method, L) runs in a *fresh* Python
-  process, because ``ru_maxrss`` (the process's RSS high-water mark) can only go
-  up. The process creates its inputs, warms the library up on a tiny problem
-  (L = 32, so one-time initialisation is not charged to the call), reads its
-  current RSS from ``/proc/self/statm``, makes *one* call, and reports
-  ``ru_maxrss - RSS before``: every page the call touched at its peak, including
-  temporaries that were freed before it returned and the output it returns.
-  If the high-water mark before the call was already above the RSS, a smaller
-  peak would be hidden; the script then marks the figure with ``*`` (a lower
-  bound). Resolution is a page (KiB); a few hundred KiB is noise.
+  process, because the process's RSS high-water mark (``VmHWM`` in
+  ``/proc/self/status``) can only go up. The process creates its inputs, warms the
+  library up on a tiny problem (L = 32, so one-time initialisation is not charged to
+  the call), resets the high-water mark to the current RSS (``/proc/self/clear_refs``),
+  reads that RSS, makes *one* call, and reports ``VmHWM - RSS before``: every page the
+  call touched at its peak, including temporaries that were freed before it returned
+  and the output it returns. (``ru_maxrss`` is not used: on Linux it starts from the
+  parent's peak.) Where the reset is not allowed and the high-water mark was already
+  above the RSS, a smaller peak would be hidden; the script then marks the figure with
+  ``*`` (a lower bound). Resolution is a page (KiB); a few hundred KiB is noise.
 * Peak extra memory on CUDA: ``torch.cuda.max_memory_allocated()`` minus
   ``torch.cuda.memory_allocated()`` before the call, after
   ``reset_peak_memory_stats`` (caching-allocator bytes, exact).
@@ -69,10 +82,12 @@ import time
 TABLES = {
     "causal": ("explicit", "fused", "predicate", "sdpa"),
     "masks": ("window_predicate", "window_dense", "document_predicate", "document_dense"),
+    "blockmask": ("blockmask_per_call", "blockmask_once"),
 }
 BASELINE = {"explicit": "sdpa", "fused": "sdpa", "predicate": "sdpa", "sdpa": "sdpa",
             "window_predicate": "window_dense", "window_dense": "window_dense",
-            "document_predicate": "document_dense", "document_dense": "document_dense"}
+            "document_predicate": "document_dense", "document_dense": "document_dense",
+            "blockmask_per_call": "blockmask_per_call", "blockmask_once": "blockmask_per_call"}
 SAMPLE_S = 0.02  # one timing sample: enough back-to-back calls to last about this long
 
 
@@ -82,7 +97,21 @@ def _rss_bytes() -> int:
 
 
 def _maxrss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """This process's own RSS high-water mark (VmHWM; ru_maxrss would start from the parent's)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _reset_peak() -> None:
+    """Start the high-water mark again from the current RSS, where Linux allows it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def _make_call(method: str, L: int, args):
@@ -95,6 +124,14 @@ def _make_call(method: str, L: int, args):
     shape = (args.batch, args.heads, L, args.head_dim)
     dtype = getattr(torch, args.dtype)
     q, k, v = (torch.randn(shape, generator=g, dtype=dtype).to(args.device) for _ in range(3))
+    if method.startswith("blockmask_"):
+        from attnmask import dispatch
+
+        doc_ids = (torch.arange(L, device=args.device) * args.documents // L).expand(args.batch, L)  # (B, L)
+        fn = am.document(doc_ids)
+        if method == "blockmask_per_call":  # what dispatch._flex did before: B and H, on every call
+            return lambda: am.block_mask(fn, L, L, B=args.batch, H=args.heads, device=args.device)
+        return lambda: dispatch.flex_block_mask(fn, args.batch, args.heads, L, L, args.device)
     if method.startswith(("window_", "document_")):
         doc_ids = (torch.arange(L, device=args.device) * args.documents // L).expand(args.batch, L)  # (B, L)
         fn = am.sliding_window(args.window) if method.startswith("window_") else am.document(doc_ids)
@@ -130,6 +167,7 @@ def worker(method: str, L: int, args) -> dict:
             sync()
             peak, hidden = torch.cuda.max_memory_allocated() - before, False
         else:
+            _reset_peak()
             before, high_before = _rss_bytes(), _maxrss_bytes()
             out = call()
             peak = _maxrss_bytes() - before
@@ -232,7 +270,7 @@ def main() -> None:
                 times[L, method] = samples
     threads = next(iter(rows.values()))["threads"]
     where = torch.cuda.get_device_name() if cuda else f"CPU, {threads} threads"
-    memory = "torch.cuda.max_memory_allocated" if cuda else "ru_maxrss - RSS before, fresh process each"
+    memory = "torch.cuda.max_memory_allocated" if cuda else "VmHWM - RSS before, fresh process each"
     print(f"self-attention, B={args.batch} H={args.heads} d={args.head_dim} {args.dtype}, "
           f"{where}, torch {torch.__version__}")
     print(f"time: median of {args.rounds} interleaved rounds (spread: lowest-highest); x base: median of "
@@ -241,7 +279,9 @@ def main() -> None:
           "bytes")
     titles = {"causal": "causal; ratios to sdpa (is_causal=True)",
               "masks": f"sliding window of {args.window} and {args.documents} packed documents; "
-                       "ratios to the same mask, dense, in SDPA"}
+                       "ratios to the same mask, dense, in SDPA",
+              "blockmask": f"the BlockMask of {args.documents} packed documents, before (B and H, built on "
+                           "every call) and after (H=None, built once); ratios to before"}
     for table in args.tables:
         print(f"\n{titles[table]}")
         print(f"{'L':>6} {'method':>18} {'time ms':>9} {'spread ms':>15} {'x base':>6} {'range':<11} "

@@ -7,13 +7,14 @@ from buggy import failures, grade
 from buggy.mistakes import BUGS
 
 from grader.checks import EXERCISES
+from grader.checks.ch8_speed import MISTAKES8
 from grader.checks.ch9_real import MISTAKES9
 from grader.checks.ch10_serving import MISTAKES10
 from grader.checks.ch11_parallel import MISTAKES11
 from grader.mistakes import MISTAKES
 
-#: Every named mistake: the shared ones and chapters 9, 10 and 11's own.
-NAMED = {**MISTAKES, **MISTAKES9, **MISTAKES10, **MISTAKES11}
+#: Every named mistake: the shared ones and chapters 8, 9, 10 and 11's own.
+NAMED = {**MISTAKES, **MISTAKES8, **MISTAKES9, **MISTAKES10, **MISTAKES11}
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])

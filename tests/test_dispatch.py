@@ -235,3 +235,87 @@ def test_cuda_kernels_match_the_explicit_path(name, dtype, Lq, Lk, sdpa64, tol):
     out, _ = am.attention(q, k, v, fn, need_weights=False)
     assert not out.isnan().any()
     torch.testing.assert_close(out.double(), ref, **tol(dtype))
+
+
+# --------------------------------------------------------------------------- the BlockMask, built once
+
+def test_the_block_mask_is_built_once_per_mask_function_and_sizes():
+    doc_ids = (torch.arange(256) // 64).expand(2, 256)  # (B, L): four documents
+    fn = P.document(doc_ids)
+    first = dispatch.flex_block_mask(fn, 2, 8, 256, 256, "cpu")
+    assert dispatch.flex_block_mask(fn, 2, 8, 256, 256, "cpu") is first  # every layer reuses it
+    assert dispatch.flex_block_mask(fn, 2, 4, 256, 256, "cpu") is first  # heads do not matter
+    assert dispatch.flex_block_mask(fn, 2, 8, 128, 256, "cpu") is not first  # other sizes do
+    assert dispatch.flex_block_mask(P.document(doc_ids), 2, 8, 256, 256, "cpu") is not first
+
+
+@pytest.mark.parametrize(("name", "batch", "heads"), [("document", 3, 1), ("sliding_window", 1, 1),
+                                                      ("causal_and_padding", 3, 1),
+                                                      ("custom_per_head", 3, 2)])
+def test_the_block_mask_reads_batch_and_heads_only_when_the_predicate_does(name, batch, heads):
+    fn = predicates(45, 45)[name]
+    bm = dispatch.flex_block_mask(fn, B, H, 45, 45, "cpu")
+    assert tuple(bm.kv_num_blocks.shape[:2]) == (batch, heads)
+    # broadcast over what it leaves out, it lists the same blocks as one built for every (b, h)
+    full = P.block_mask(fn, 45, 45, B=B, H=H)
+    assert torch.equal(bm.to_dense().expand(B, H, -1, -1), full.to_dense())
+
+
+BUILD = """
+import sys
+import torch
+import attnmask as am
+from attnmask import dispatch
+torch.set_num_threads(1)
+B, H, L = 1, 8, int(sys.argv[1])
+def status(field):  # this process's own figures (ru_maxrss would start from the parent's peak)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+warm = am.document((torch.arange(256) * 4 // 256).expand(B, 256))
+dispatch.flex_block_mask(warm, B, H, 256, 256, "cpu")  # one-time initialisation, not charged
+fn = am.document((torch.arange(L) * 4 // L).expand(B, L))  # (B, L): four packed documents
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again from the current RSS
+except OSError:
+    pass  # then an earlier peak may show: the figure is an upper bound
+before = status("VmRSS:")
+dispatch.flex_block_mask(fn, B, H, L, L, "cpu")
+print(status("VmHWM:") - before)
+"""
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc/self/status")
+def test_building_a_document_block_mask_does_not_touch_the_whole_b_h_lq_lk_grid():
+    """Issue 40: built with B and H, create_mask ran over (B, H, Lq, Lk) (about 300 MiB at L = 2048,
+    H = 8); with H=None it runs over (B, 1, Lq, Lk). The bound is 32 bytes per (query, key) pair
+    of one (batch, head): four times less than one byte for each of the H = 8 heads' pairs."""
+    import subprocess
+    import sys
+
+    L = 2048
+    run = subprocess.run([sys.executable, "-c", BUILD, str(L)], capture_output=True, text=True, check=True)
+    peak = int(run.stdout.strip().splitlines()[-1])
+    assert peak < 32 * L * L, f"building the BlockMask raised the peak by {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.slow
+def test_compiled_flex_attention_is_compiled_twice_at_most_for_any_number_of_lengths():
+    """Issue 40: torch.compile(flex_attention, dynamic=False) compiled once per sequence length. Now
+    the second length recompiles once with symbolic sizes and the third reuses that graph. (On the
+    CPU, the path the CUDA plan takes; compiling takes about a minute here.)"""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    dispatch._compiled_flex = None
+    try:
+        for L in (256, 384, 512):
+            q, k, v = (torch.randn(1, 2, L, 16) for _ in range(3))
+            fn = P.document((torch.arange(L) * 4 // L)[None])  # (B, L): four packed documents
+            out = dispatch._flex(q, k, v, fn, 0.25)
+            torch.testing.assert_close(out, am.attention(q, k, v, fn, scale=0.25)[0], rtol=1e-5, atol=1e-5)
+        assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
+    finally:
+        dispatch._compiled_flex = None
+        torch._dynamo.reset()

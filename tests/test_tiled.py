@@ -148,3 +148,149 @@ def test_the_record_crosses_the_channel_and_a_forged_one_is_refused():
     for forged in ((2, -1), ("2",), [1.5]):
         with pytest.raises(channel.ChannelError):
             channel.outcome_from_data({**data, "largest": forged})
+
+
+# --------------------------------------------------------------------------- the backward from the lse
+
+def _grads_of_sdpa(q, k, v, mask, d_out):
+    """The oracle: autograd through PyTorch's math-backend SDPA, in float64."""
+    q, k, v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    return torch.autograd.grad(sdpa(q, k, v, mask), (q, k, v), d_out.double())
+
+
+def _saved(q, k, v, mask):
+    """What a forward kernel saves: out in the inputs' dtype and lse in float32 (float64 here)."""
+    out, lse = am.attention_lse(q, k, v, mask)
+    return out, lse
+
+
+@pytest.mark.parametrize("tile", [1, 2, 3, 4, 5, 10, 11, 12, 64])
+def test_backward_matches_autograd_for_every_tile_size(tile):
+    q, k, v = qkv()
+    mask = mask_with_hard_rows()
+    d_out = torch.randn(B, H, LQ, DV, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    for m in (mask, mask[:, :1], mask[0, 0], None):
+        out, lse = _saved(q, k, v, m)
+        got = am.tiled_attention_backward(q, k, v, out, lse, d_out, m, tile)
+        for g, want in zip(got, _grads_of_sdpa(q, k, v, m, d_out)):
+            torch.testing.assert_close(g, want, rtol=1e-10, atol=1e-10)
+
+
+def test_backward_gives_zero_gradients_to_fully_masked_rows():
+    q, k, v = qkv()
+    mask = mask_with_hard_rows()
+    d_out = torch.randn(B, H, LQ, DV, dtype=torch.float64)
+    out, lse = _saved(q, k, v, mask)
+    assert lse[0, 1, 1] == float("-inf")
+    dq, dk, dv = am.tiled_attention_backward(q, k, v, out, lse, d_out, mask, 3)
+    assert (dq[0, 1, 1] == 0).all()
+    assert all(torch.isfinite(g).all() for g in (dq, dk, dv))
+    # the row's d_out changes nothing: it reaches no key
+    d2 = d_out.clone()
+    d2[0, 1, 1] = 1e3
+    for a, b in zip(am.tiled_attention_backward(q, k, v, out, lse, d2, mask, 3), (dq, dk, dv)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(("Lq", "Lk"), [(3, 11), (7, 5)])
+def test_backward_with_lq_not_lk_and_a_bottom_right_causal_mask(Lq, Lk):
+    q, k, v = qkv(Lq=Lq, Lk=Lk)
+    mask = am.causal_mask(Lq, n_keys=Lk) if Lq <= Lk else torch.rand(Lq, Lk) < 0.6
+    d_out = torch.randn(B, H, Lq, DV, dtype=torch.float64)
+    out, lse = _saved(q, k, v, mask)
+    got = am.tiled_attention_backward(q, k, v, out, lse, d_out, mask, 4)
+    for g, want in zip(got, _grads_of_sdpa(q, k, v, mask, d_out)):
+        torch.testing.assert_close(g, want, rtol=1e-10, atol=1e-10)
+
+
+def test_backward_never_reads_a_fully_masked_tile():
+    q, k, v = qkv()
+    mask = torch.ones(LQ, LK, dtype=torch.bool)
+    mask[:, 3:9] = False  # tiles of 3: [3, 6) and [6, 9) are blocked for every query
+    out, lse = _saved(q, k, v, mask)
+    k, v = k.clone(), v.clone()
+    k[..., 3:9, :] = float("nan")
+    v[..., 3:9, :] = float("nan")
+    d_out = torch.randn(B, H, LQ, DV, dtype=torch.float64)
+    dq, dk, dv = am.tiled_attention_backward(q, k, v, out, lse, d_out, mask, 3)
+    assert all(torch.isfinite(g).all() for g in (dq, dk, dv))
+    assert (dk[..., 3:9, :] == 0).all() and (dv[..., 3:9, :] == 0).all()
+    assert am.tiled_attention_backward(q, k, v, out, lse, d_out, mask, 2)[0].isnan().any()  # [2, 4) read
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_backward_in_half_precision_keeps_the_dtypes_and_is_accurate(dtype):
+    q, k, v = qkv()
+    mask = mask_with_hard_rows()
+    d_out = torch.randn(B, H, LQ, DV, dtype=torch.float64)
+    lo = [t.to(dtype) for t in (q, k, v, d_out)]
+    out, lse = am.attention_lse(*lo[:3], mask)
+    assert lse.dtype == torch.float32
+    got = am.tiled_attention_backward(*lo[:3], out, lse, lo[3], mask, 4)
+    tol = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 8e-2}[dtype]
+    for g, want, x in zip(got, _grads_of_sdpa(*lo[:3], mask, lo[3]), lo[:3]):
+        assert g.dtype == dtype and g.shape == x.shape
+        torch.testing.assert_close(g.double(), want, rtol=tol, atol=tol)
+
+
+def test_backward_creates_no_floating_tensor_of_lq_lk_entries():
+    q, k, v = qkv(torch.float32, Lq=16, Lk=64)
+    q, k, v = q[:1, :1], k[:1, :1], v[:1, :1]
+    mask = torch.rand(16, 64, generator=torch.Generator().manual_seed(0)) < 0.8
+    out, lse = am.attention_lse(q, k, v, mask)
+    d_out = torch.randn_like(out)
+    largest = _recorded(am.tiled_attention_backward, q, k, v, out, lse, d_out, mask, tile=4)
+    assert torch.Size(largest).numel() < 16 * 64, largest
+
+
+def test_backward_refuses_saved_tensors_of_the_wrong_shape():
+    q, k, v = qkv()
+    out, lse = _saved(q, k, v, None)
+    with pytest.raises(ValueError, match=r"lse has shape \(2, 3, 5, 1\)"):
+        am.tiled_attention_backward(q, k, v, out, lse[..., None], out, None, 4)
+    with pytest.raises(ValueError, match="tile must be an int >= 1"):
+        am.tiled_attention_backward(q, k, v, out, lse, out, None, 0)
+
+
+# --------------------------------------------------------------------------- grading the backward
+
+def _points(fn, seed):
+    from buggy import grade
+
+    from grader.checks import EXERCISES
+    from grader.results import CheckResult, score_of
+
+    checks = EXERCISES["tiled_attention_backward"].make_checks(seed, hidden=True)
+    verdicts = grade(fn, checks)
+    return score_of([CheckResult(c.name, c.public, c.weight, verdicts[c.name].passed, kind=c.kind)
+                     for c in checks if c.name in verdicts])
+
+
+def _unmasked_autograd(q, k, v, out, lse, d_out, mask=None, tile=64):
+    q, k, v = (t.detach().float().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        o = torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, -1) @ v
+        return tuple(g.to(d_out.dtype) for g in torch.autograd.grad(o, (q, k, v), d_out.float()))
+
+
+TRIVIAL_BACKWARD = {
+    "zeros": lambda q, k, v, out, lse, d_out, mask=None, tile=64: (
+        torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)),
+    "inputs": lambda q, k, v, out, lse, d_out, mask=None, tile=64: (q.clone(), k.clone(), v.clone()),
+    "random": lambda q, k, v, out, lse, d_out, mask=None, tile=64: (
+        torch.randn_like(q), torch.randn_like(k), torch.randn_like(v)),
+    "unmasked": _unmasked_autograd,
+}
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("style", sorted(TRIVIAL_BACKWARD))
+def test_backward_code_that_does_nothing_scores_zero(style, seed):
+    assert _points(TRIVIAL_BACKWARD[style], seed) == 0.0
+
+
+def test_backward_from_the_whole_weight_matrix_keeps_about_half_the_points():
+    from buggy import tiled
+
+    assert _points(am.tiled_attention_backward, 3) == 1.0
+    assert 0.3 <= _points(tiled.backward_autograd, 3) <= 0.6

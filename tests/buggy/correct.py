@@ -232,3 +232,32 @@ def chunked_local_mask(Lq, Lk, chunk, *, device=None):
     p = torch.arange(Lk - Lq, Lk, device=device)[:, None]
     j = torch.arange(Lk, device=device)
     return (j <= p) & (j // chunk == p // chunk)
+
+
+def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = mask.expand(B, H, Lq, Lk)  # a view
+    f = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    x, g = q.to(f), d_out.to(f)
+    delta = (g * out.to(f)).sum(dim=-1, keepdim=True)  # (B, H, Lq, 1)
+    m = lse.to(f).unsqueeze(-1)
+    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)  # empty rows: exp(-inf - 0) = 0
+    dq = torch.zeros_like(x)
+    dk = torch.zeros(B, H, Lk, d, dtype=f, device=q.device)
+    dv = torch.zeros(B, H, Lk, v.shape[-1], dtype=f, device=q.device)
+    for start in range(0, Lk, tile):
+        keep = None if mask is None else mask[:, :, :, start:start + tile]
+        if keep is not None and not keep.any():
+            continue
+        kt, vt = k[:, :, start:start + tile].to(f), v[:, :, start:start + tile].to(f)
+        s = x @ kt.transpose(-2, -1) / math.sqrt(d)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        p = torch.exp(s - m)
+        dv[:, :, start:start + tile] = p.transpose(-2, -1) @ g
+        ds = p * (g @ vt.transpose(-2, -1) - delta)
+        dq += ds @ kt / math.sqrt(d)
+        dk[:, :, start:start + tile] = ds.transpose(-2, -1) @ x / math.sqrt(d)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)

@@ -167,3 +167,34 @@ def merge_partials(out1, lse1, out2, lse2):
     out = torch.exp(l1 - lse)[..., None] * out1.float() + torch.exp(l2 - lse)[..., None] * out2.float()
     out = out.masked_fill(empty[..., None], 0.0)
     return out.to(out1.dtype), lse.masked_fill(empty, float("-inf"))
+
+
+def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """float32 for half inputs (the contract asks it), the key tiles cut up front with
+    torch.split, the row term from torch.einsum, the gradients of each tile collected in lists."""
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    work = torch.promote_types(q.dtype, torch.float32)
+    qs = q.to(work) / math.sqrt(d)  # the scale folded into q
+    do = d_out.to(work)
+    D = torch.einsum("bhqe,bhqe->bhq", do, out.to(work))[..., None]
+    shift = torch.nan_to_num(lse.to(work), neginf=0.0)[..., None]
+    masks = [None] * len(range(0, Lk, tile)) if mask is None else \
+        torch.broadcast_to(mask, (B, H, Lq, Lk)).split(tile, dim=-1)
+    dq = torch.zeros(B, H, Lq, d, dtype=work, device=q.device)
+    dks, dvs = [], []
+    for kt, vt, keep in zip(k.split(tile, dim=2), v.split(tile, dim=2), masks):
+        if keep is not None and not bool(keep.any()):
+            dks.append(torch.zeros(kt.shape, dtype=work, device=q.device))
+            dvs.append(torch.zeros(vt.shape, dtype=work, device=q.device))
+            continue
+        kt, vt = kt.to(work), vt.to(work)
+        s = qs @ kt.mT
+        if keep is not None:
+            s = torch.where(keep, s, float("-inf"))
+        p = (s - shift).exp()
+        dvs.append(p.mT @ do)
+        ds = p * (do @ vt.mT - D)
+        dq = dq + ds @ kt / math.sqrt(d)
+        dks.append(ds.mT @ qs)  # qs holds the 1/sqrt(d) already
+    return dq.to(q.dtype), torch.cat(dks, 2).to(k.dtype), torch.cat(dvs, 2).to(v.dtype)

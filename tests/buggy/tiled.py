@@ -78,3 +78,98 @@ def tiled_full_scores(q, k, v, mask=None, tile=64):
 def tiled_one_tile(q, k, v, mask=None, tile=64):
     """Right values, but every key in one tile: the whole score matrix again."""
     return ok.tiled_attention(q, k, v, mask, k.shape[2])
+
+
+# --------------------------------------------------------------------------- tiled_attention_backward
+
+def _backward(q, k, v, out, lse, d_out, mask, tile, *, row_term=True, scaled_scores=True, grad_scale=True,
+              guard=True, skip="all", half=False, tile_softmax=False):
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (B, H, Lq, Lk))
+    f = q.dtype if half else torch.promote_types(q.dtype, torch.float32)
+    x, g = q.to(f), d_out.to(f)
+    delta = (g * out.to(f)).sum(-1, keepdim=True) if row_term else 0.0
+    m = lse.to(f)[..., None]
+    if guard:
+        m = torch.where(torch.isinf(m), 0.0, m)
+    dq = torch.zeros_like(x)
+    dk = torch.zeros(B, H, Lk, d, dtype=f, device=q.device)
+    dv = torch.zeros(B, H, Lk, v.shape[-1], dtype=f, device=q.device)
+    for c in range(0, Lk, tile):
+        keep = None if mask is None else mask[..., c:c + tile]
+        seen = None if keep is None else keep if skip == "all" else keep[:, :1] if skip == "head0" else True
+        if seen is not None and not bool(torch.as_tensor(seen).any()):
+            continue
+        kt, vt = k[:, :, c:c + tile].to(f), v[:, :, c:c + tile].to(f)
+        s = x @ kt.mT / (math.sqrt(d) if scaled_scores else 1.0)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        if tile_softmax:  # the tile's own max and sum: what the forward's tile saw, not the row's
+            p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        else:
+            p = torch.exp(s - m)
+        dv[:, :, c:c + tile] = p.mT @ g
+        ds = p * (g @ vt.mT - delta)
+        sc = 1 / math.sqrt(d) if grad_scale else 1.0
+        dq += ds @ kt * sc
+        dk[:, :, c:c + tile] = ds.mT @ x * sc
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def backward_no_row_term(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, row_term=False)
+
+
+def backward_unscaled_scores(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, scaled_scores=False)
+
+
+def backward_grads_unscaled(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, grad_scale=False)
+
+
+def backward_nan_empty_rows(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, guard=False)
+
+
+def backward_no_skip(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, skip="none")
+
+
+def backward_skips_on_head0(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, skip="head0")
+
+
+def backward_in_half(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, half=True)
+
+
+def backward_tile_softmax(q, k, v, out, lse, d_out, mask=None, tile=64):
+    return _backward(q, k, v, out, lse, d_out, mask, tile, tile_softmax=True)
+
+
+def backward_autograd(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """Right gradients from autograd through plain attention: the whole (Lq, Lk) weights."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        o = ok.attention(q, k, v, mask)[0]
+        return torch.autograd.grad(o, (q, k, v), d_out)
+
+
+def backward_keeps_weights(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """Each tile's weights kept and concatenated: the (Lq, Lk) matrix again."""
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    full = torch.ones(B, H, Lq, Lk, dtype=torch.bool, device=q.device) if mask is None else \
+        torch.broadcast_to(mask, (B, H, Lq, Lk))
+    m = torch.where(torch.isinf(lse), 0.0, lse.float())[..., None]
+    x = q.float()
+    tiles = [torch.exp((x @ k[:, :, c:c + tile].float().mT / math.sqrt(d)).masked_fill(
+        ~full[..., c:c + tile], float("-inf")) - m) for c in range(0, Lk, tile)]
+    p = torch.cat(tiles, dim=-1)  # (B, H, Lq, Lk)
+    g = d_out.float()
+    ds = p * (g @ v.float().mT - (g * out.float()).sum(-1, keepdim=True))
+    return ((ds @ k.float() / math.sqrt(d)).to(q.dtype), (ds.mT @ x / math.sqrt(d)).to(k.dtype),
+            (p.mT @ g).to(v.dtype))

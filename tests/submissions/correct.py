@@ -168,6 +168,34 @@ def tiled_attention(q, k, v, mask=None, tile=64):
     return (acc / l.masked_fill(l == 0, 1.0)).to(q.dtype)
 
 
+def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (B, H, Lq, Lk))  # a view: no copy
+    f = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    x, g = q.to(f) / math.sqrt(d), d_out.to(f)  # the scale folded into q
+    D = (g * out.to(f)).sum(dim=-1, keepdim=True)  # (B, H, Lq, 1)
+    lse = lse.to(f)[..., None]
+    shift = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))  # empty rows: exp(-inf - 0) = 0
+    dq = torch.zeros(B, H, Lq, d, dtype=f, device=q.device)
+    dk = torch.zeros(B, H, Lk, d, dtype=f, device=q.device)
+    dv = torch.zeros(B, H, Lk, v.shape[-1], dtype=f, device=q.device)
+    for c in range(0, Lk, tile):
+        keep = None if mask is None else mask[..., c:c + tile]  # (B, H, Lq, t)
+        if keep is not None and not keep.any():
+            continue  # all weights 0: k and v unread, their gradients stay 0
+        kt, vt = k[:, :, c:c + tile].to(f), v[:, :, c:c + tile].to(f)
+        s = x @ kt.transpose(-2, -1)  # (B, H, Lq, t)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        p = torch.exp(s - shift)
+        dv[:, :, c:c + tile] = p.transpose(-2, -1) @ g
+        ds = p * (g @ vt.transpose(-2, -1) - D)
+        dq = dq + ds @ kt / math.sqrt(d)
+        dk[:, :, c:c + tile] = ds.transpose(-2, -1) @ x  # x holds the 1/sqrt(d)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
 def image_text_mask(is_image, attention_mask):
     L = is_image.shape[1]
     before = torch.zeros_like(is_image)

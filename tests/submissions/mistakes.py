@@ -144,6 +144,17 @@ def alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32):
     return (slopes[:, None, None] * (j - i)).masked_fill(j > i, float("-inf")).to(dtype)
 
 
+def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """Autograd through plain attention: right gradients, but the whole (Lq, Lk) weights."""
+    q, k, v = (t.detach().float().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        o = torch.softmax(s, dim=-1).nan_to_num(0.0) @ v
+        grads = torch.autograd.grad(o, (q, k, v), d_out.float())
+    return tuple(g.to(d_out.dtype) for g in grads)
+
 def image_text_mask(is_image, attention_mask):
     L = is_image.shape[1]
     both = is_image[:, :, None] & is_image[:, None, :]  # token types compared: every image is one block
