@@ -687,5 +687,5 @@ def cascade_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
               [Call(big, allocations=True)],
               MG.prefix_once_judge(R.name, R.arg_names, X["cascade_per_sequence"],
                                    X["cascade_prefix_copied"]),
-              kind="property", weight=6.0),
+              kind="property", weight=8.0),
     ]
