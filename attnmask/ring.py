@@ -12,8 +12,8 @@ Two ways to shard the positions, both cutting them into 2W chunks of c:
 * ``"contiguous"``: rank r holds chunks 2r and 2r + 1. Under a causal mask the
   last rank sees every earlier key and the first rank almost none: unbalanced.
 * ``"zigzag"``: rank r holds chunks r and 2W - 1 - r, one early and one late.
-  Every rank does the same work (Llama 3's context parallelism, ring-flash-attention's
-  zigzag variant).
+  Every rank does the same work (ring-flash-attention's zigzag variant; Llama 3's context
+  parallelism cuts the sequence the same way but all-gathers K and V instead of a ring).
 
 :func:`ring_attention` simulates the W ranks in one process; ``scripts/ring_attention.py``
 runs the same algorithm on W processes with ``torch.distributed``.
