@@ -590,6 +590,9 @@ def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         ring_steps("world = 1: one rank, one step (plain causal)", [ring_case(gen, 1, "zigzag", B, 2)],
                    edge=True),
         P.unchanged(R, "does not modify inputs", [ring_case(gen, 3, "zigzag", B, c)]),
+        Check("on the inputs' device (meta), layout left out",
+              [Call(ring_case(gen, 3, "zigzag", B, c).args[:4], device="meta")],
+              MG.ring_device_judge(R.name, R.arg_names), kind="property"),
         Check("matches on CUDA (world = 3, both layouts)",
               [Call(x.args, device=dev)
                for x in (ring_case(gen, 3, "zigzag", B, c), ring_case(gen, 3, "contiguous"))

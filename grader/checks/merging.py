@@ -14,6 +14,7 @@ import math
 import torch
 
 from .. import diagnose as dg
+from .. import errors
 from ..spec import Call, Outcome, Verdict
 from .judges import Recipe, float_dtype, inputs_of, raised, rebuildable
 
@@ -377,6 +378,37 @@ def prefix_once_judge(name: str, arg_names: tuple[str, ...], per_sequence: str, 
             if entries >= N * P * d:
                 return dg.fail(copied, f"{shown}; N·P·d = {N}·{P}·{d} = {N * P * d} is the prefix's keys "
                                f"once per sequence; inputs: {inputs}")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+@rebuildable
+def ring_device_judge(name: str, arg_names: tuple[str, ...]):
+    """``ring_attention`` on a device without values (meta): out and lse come back on the inputs'
+    device with the contract's shapes, or the call stops where it reads a value back (a ring
+    reads whether a step's mask has an allowed key, which meta cannot say: allowed)."""
+
+    def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
+        for call, o in zip(calls, outcomes):
+            inputs = dg.describe_args(arg_names, call.args, dict(call.kwargs))
+            if o.error is not None:
+                if errors.reads_values(o.error):
+                    continue
+                return raised(o.error, inputs, call.device)
+            got = o.output
+            if not isinstance(got, tuple | list) or len(got) != 3:
+                return dg.fail(f"returned {dg.describe(got)}; expected a tuple (out, lse, steps)")
+            devices = o.devices if isinstance(o.devices, tuple | list) else (o.devices,)
+            q, v = call.args[0], call.args[2]
+            for what, t, dev, shape in (("out", got[0], devices[0], (*q.shape[:-1], v.shape[-1])),
+                                        ("lse", got[1], devices[1], tuple(q.shape[:-1]))):
+                if dev != call.device:
+                    return dg.fail(f"{what} is on {dev}; expected {call.device}: create it on the inputs' "
+                                   "device (device=q.device)", f"inputs on {call.device}: {inputs}")
+                if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape):
+                    return dg.fail(f"{what} is {dg.describe(t)}; expected shape {dg.shape_str(shape)}",
+                                   f"inputs on {call.device}: {inputs}")
         return dg.PASS
 
     return dg.judged(judge)
