@@ -264,7 +264,7 @@ def _judge_ring(call: Call, o: Outcome, name: str, arg_names: tuple[str, ...]) -
     out, lse, steps = got
     at = f"inputs: {inputs}"
     if call.device != "cpu":
-        devices = o.devices if isinstance(o.devices, tuple | list) else (o.devices,)
+        devices = (*(o.devices if isinstance(o.devices, tuple | list) else (o.devices,)), None, None)
         for what, dev in zip(("out", "lse"), devices):
             if dev != call.device:
                 return dg.fail(f"{what} is on {dev}; expected {call.device}: create the outputs on the "
@@ -399,7 +399,7 @@ def ring_device_judge(name: str, arg_names: tuple[str, ...]):
             got = o.output
             if not isinstance(got, tuple | list) or len(got) != 3:
                 return dg.fail(f"returned {dg.describe(got)}; expected a tuple (out, lse, steps)")
-            devices = o.devices if isinstance(o.devices, tuple | list) else (o.devices,)
+            devices = (*(o.devices if isinstance(o.devices, tuple | list) else (o.devices,)), None, None)
             q, v = call.args[0], call.args[2]
             for what, t, dev, shape in (("out", got[0], devices[0], (*q.shape[:-1], v.shape[-1])),
                                         ("lse", got[1], devices[1], tuple(q.shape[:-1]))):
