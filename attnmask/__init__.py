@@ -16,6 +16,7 @@ from .masks import (
     decoder_mask,
     document_mask,
     encoder_decoder_masks,
+    padded_chunked_mask,
     padding_mask,
     prefix_lm_mask,
     sliding_window_mask,
@@ -23,7 +24,7 @@ from .masks import (
 )
 from .mha import MultiHeadAttention, multi_head_attention
 from .models import ModelConfig, TinyDecoder, TinyEncoderDecoder, train_steps
-from .partials import attention_lse, merge_all, merge_partials, split_kv_attention
+from .partials import attention_lse, cascade_attention, merge_all, merge_partials, split_kv_attention
 from .predicates import (
     and_masks,
     block_mask,
@@ -95,6 +96,9 @@ CONTRACT = (
     "merge_partials",
     "zigzag_ring_mask",
     "chunked_local_mask",
+    "padded_chunked_mask",
+    "ring_attention",
+    "cascade_attention",
 )
 
 __all__ = [
@@ -113,6 +117,7 @@ __all__ = [
     "attention",
     "attention_lse",
     "attention_plan",
+    "cascade_attention",
     "block_mask",
     "broadcast_mask",
     "causal",
@@ -143,6 +148,7 @@ __all__ = [
     "or_masks",
     "packed_labels",
     "packed_position_ids",
+    "padded_chunked_mask",
     "padding_mask",
     "paged_attention",
     "prefix_lm",

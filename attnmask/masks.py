@@ -112,6 +112,46 @@ def chunked_local_mask(
     return P.materialize(P.chunked_local(chunk, offset=Lk - Lq), Lq, Lk, device=device)
 
 
+def padded_chunked_mask(attention_mask: torch.Tensor, Lq: int, chunk: int) -> torch.Tensor:
+    """Chunked local attention over left-padded rows, as transformers' ``create_chunked_causal_mask``
+    builds it (``chunked_overlay`` with ``left_padding``, AND causal, AND the padding mask).
+
+    Args:
+        attention_mask: bool ``(B, Lk)``, True = a real token; a left-padded row starts with False.
+        Lq: the queries are the last Lq of the Lk positions (query i at p = Lk - Lq + i).
+        chunk: the chunk size.
+
+    Returns:
+        bool ``(B, 1, Lq, Lk)``, True = may attend: with ``pad_b`` the number of leading False of
+        row b (its left padding; a False after the first True is a masked key and shifts nothing),
+        query p of row b sees key j when ``attention_mask[b, j]``, j <= p and
+        ``(j - pad_b) // chunk == (p - pad_b) // chunk``: the chunks of each row start at its
+        first real token. A query at a padding position has no key (an all-False row).
+        Raises ValueError unless attention_mask is bool (B, Lk), 1 <= Lq <= Lk and chunk >= 1.
+    """
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.bool \
+            or attention_mask.dim() != 2:
+        got = _describe(attention_mask)
+        raise ValueError(f"attention_mask must be bool (B, Lk), True = a real token; got {got}")
+    Lk = attention_mask.shape[1]
+    _check_size("Lq", Lq, 1)
+    _check_size("chunk", chunk, 1)
+    if Lq > Lk:
+        raise ValueError(f"Lq = {Lq} queries cannot be the last of Lk = {Lk} positions: expected Lq <= Lk")
+    pad = (~attention_mask).long().cumprod(dim=-1).sum(dim=-1)[:, None, None, None]  # (B, 1, 1, 1)
+    p = torch.arange(Lk - Lq, Lk, device=attention_mask.device)[:, None]  # (Lq, 1)
+    j = torch.arange(Lk, device=attention_mask.device)[None, :]  # (1, Lk)
+    same_chunk = (j - pad).div(chunk, rounding_mode="floor") == (p - pad).div(chunk, rounding_mode="floor")
+    return (j <= p) & same_chunk & attention_mask[:, None, None, :]  # (B, 1, Lq, Lk)
+
+
+def _describe(x) -> str:
+    """``x`` in a few words for an error message: a tensor's dtype and shape, else its type."""
+    if isinstance(x, torch.Tensor):
+        return f"{str(x.dtype).replace('torch.', '')} {tuple(x.shape)}"
+    return type(x).__name__
+
+
 def prefix_lm_mask(
     n: int, prefix_len: int, *, device: torch.device | str | None = None
 ) -> torch.Tensor:

@@ -18,6 +18,8 @@ the NaN of ``exp(-inf - (-inf))``.
 * :func:`merge_all`: any number of them, in order.
 * :func:`split_kv_attention`: the keys cut into ``splits`` parts, each attended
   alone, then merged (Flash-Decoding's plan).
+* :func:`cascade_attention`: one decoding step of N sequences that share a prefix: the
+  prefix's keys read once for all N queries, each suffix alone, the two merged.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .attention import check_qkv
 from .masks import broadcast_mask
 from .softmax import masked_softmax
 
-__all__ = ["attention_lse", "merge_all", "merge_partials", "split_kv_attention"]
+__all__ = ["attention_lse", "cascade_attention", "merge_all", "merge_partials", "split_kv_attention"]
 
 
 def _wide(dtype: torch.dtype) -> torch.dtype:
@@ -139,3 +141,53 @@ def split_kv_attention(
             part_mask = None if full is None else full[..., a:b]
             parts.append(attention_lse(q, k[..., a:b, :], v[..., a:b, :], part_mask))
     return merge_all(parts)
+
+
+def cascade_attention(
+    q: torch.Tensor, prefix_k: torch.Tensor, prefix_v: torch.Tensor, suffix_k: torch.Tensor,
+    suffix_v: torch.Tensor, suffix_lengths: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoding step of N sequences that share a prefix (cascade, or shared-prefix, attention).
+
+    Args:
+        q: ``(N, H, d)``: the new token's query of each of the N sequences.
+        prefix_k: ``(H, P, d)``, prefix_v: ``(H, P, dv)``: the shared prefix, stored once, P >= 1.
+        suffix_k: ``(N, H, S, d)``, suffix_v: ``(N, H, S, dv)``: each sequence's own keys after the
+            prefix, padded on the right to S.
+        suffix_lengths: long ``(N,)``, 0 <= n <= S: how many of sequence n's S suffix keys are real
+            (the rest is padding, never attended).
+
+    Returns:
+        ``(out (N, H, dv) in q's dtype, lse (N, H) float32)`` (float64 for float64 inputs): each
+        query attended over the whole prefix and its own real suffix keys, equal to
+        :func:`attention_lse` over their concatenation. The prefix is attended by all N queries
+        in one product (its keys read once, not once per sequence), each suffix by its own query,
+        and the two partial results merged (:func:`merge_partials`). Raises ValueError on
+        shapes that do not fit together or lengths outside 0 .. S.
+    """
+    for name, t, dims in (("q", q, 3), ("prefix_k", prefix_k, 3), ("prefix_v", prefix_v, 3),
+                          ("suffix_k", suffix_k, 4), ("suffix_v", suffix_v, 4)):
+        if not isinstance(t, torch.Tensor) or t.dim() != dims:
+            raise ValueError(f"{name} must be a {dims}-D tensor; got {getattr(t, 'shape', type(t).__name__)}")
+    N, H, d = q.shape
+    P, S = prefix_k.shape[1], suffix_k.shape[2]
+    if (tuple(prefix_k.shape) != (H, P, d) or prefix_v.shape[:2] != (H, P) or P < 1
+            or tuple(suffix_k.shape) != (N, H, S, d) or tuple(suffix_v.shape[:3]) != (N, H, S)
+            or suffix_v.shape[-1] != prefix_v.shape[-1]):
+        raise ValueError(f"expected q (N, H, d), prefix_k (H, P, d), prefix_v (H, P, dv), "
+                         f"suffix_k (N, H, S, d), suffix_v (N, H, S, dv) with P >= 1; got "
+                         f"q {tuple(q.shape)}, prefix_k {tuple(prefix_k.shape)}, "
+                         f"prefix_v {tuple(prefix_v.shape)}, suffix_k {tuple(suffix_k.shape)}, "
+                         f"suffix_v {tuple(suffix_v.shape)}")
+    if not isinstance(suffix_lengths, torch.Tensor) or tuple(suffix_lengths.shape) != (N,) \
+            or suffix_lengths.dtype.is_floating_point \
+            or bool(((suffix_lengths < 0) | (suffix_lengths > S)).any()):
+        raise ValueError(f"suffix_lengths must be an integer (N,) = ({N},) tensor with values in "
+                         f"0 .. S = {S}; got {suffix_lengths!r}")
+    # The prefix: the N queries are one block of rows (1, H, N, d) against the H prefix heads.
+    shared_out, shared_lse = attention_lse(q.transpose(0, 1)[None], prefix_k[None], prefix_v[None])
+    shared = (shared_out[0].transpose(0, 1), shared_lse[0].transpose(0, 1))  # (N, H, dv), (N, H)
+    real = torch.arange(S, device=q.device) < suffix_lengths.to(q.device)[:, None]  # (N, S)
+    # each sequence's own suffix: its one query against its S keys, the padding masked
+    own_out, own_lse = attention_lse(q[:, :, None], suffix_k, suffix_v, real[:, None, None, :])
+    return merge_partials(*shared, own_out[:, :, 0], own_lse[:, :, 0])

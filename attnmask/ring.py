@@ -12,8 +12,8 @@ Two ways to shard the positions, both cutting them into 2W chunks of c:
 * ``"contiguous"``: rank r holds chunks 2r and 2r + 1. Under a causal mask the
   last rank sees every earlier key and the first rank almost none: unbalanced.
 * ``"zigzag"``: rank r holds chunks r and 2W - 1 - r, one early and one late.
-  Every rank does the same work (Llama 3's context parallelism, ring-flash-attention's
-  zigzag variant).
+  Every rank does the same work (ring-flash-attention's zigzag variant; Llama 3's context
+  parallelism cuts the sequence the same way but all-gathers K and V instead of a ring).
 
 :func:`ring_attention` simulates the W ranks in one process; ``scripts/ring_attention.py``
 runs the same algorithm on W processes with ``torch.distributed``.
@@ -85,35 +85,47 @@ def zigzag_ring_mask(L: int, world: int, rank: int, step: int, *,
     return ring_step_mask(L, world, rank, step, "zigzag", device=device)
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int,
-                   layout: Layout = "zigzag") -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention computed as W ranks would: shard, rotate keys, mask, merge.
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, layout: Layout = "zigzag"
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[list[tuple[torch.Tensor, torch.Tensor]]]]:
+    """Causal attention computed as W ranks would: shard, pass the key/value shards round, mask, merge.
 
     Args:
         q: ``(B, H, L, d)``; k: ``(B, H, L, d)``; v: ``(B, H, L, dv)``, with 2·world dividing L.
         world: the number of simulated ranks W.
-        layout: ``"zigzag"`` or ``"contiguous"`` sharding.
+        layout: ``"zigzag"`` or ``"contiguous"`` sharding (:func:`shard_positions`).
 
     Returns:
-        ``(out (B, H, L, dv), lse (B, H, L))`` in global order, equal to
-        ``attention_lse(q, k, v, causal_mask(L))``. Steps whose mask is all False are
-        skipped, as a kernel skips them.
+        ``(out, lse, steps)``. ``out (B, H, L, dv)`` in q's dtype and ``lse (B, H, L)`` float32
+        (float64 for float64 inputs), in global order, equal to
+        ``attention_lse(q, k, v, causal_mask(L))``. ``steps``: one list per rank r; at ring
+        step s = 0 .. W - 1 rank r holds the shard of rank (r - s) mod W and, unless the
+        step's mask is all False (then the step is skipped and appears nowhere), appends
+        ``(out_s (B, H, 2c, dv), lse_s (B, H, 2c))``: its local queries (in local order)
+        attended over that shard alone, causal by global position. Merging ``steps[r]`` in
+        order gives rank r's rows of ``out`` and ``lse``. Raises ValueError unless
+        2·world divides L and layout is one of the two.
     """
     L = q.shape[-2]
-    shards = [shard_positions(L, world, r, layout, device=q.device) for r in range(world)]
-    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
-    for r in range(world):
-        acc = None
-        for s in range(world):
-            src = shards[(r - s) % world]  # the keys that arrive at step s
+    _check_ring(L, world, 0)
+    shards = [shard_positions(L, world, r, layout, device=q.device) for r in range(world)]  # (2c,) each
+    held = list(range(world))  # held[r]: whose key/value shard rank r holds now
+    acc: list = [None] * world  # rank r's running (out, lse)
+    steps: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(world)]
+    for _ in range(world):
+        for r in range(world):
+            src = shards[held[r]]
             mask = shards[r][:, None] >= src[None, :]  # (2c, 2c), by global position
             if not bool(mask.any()):
                 continue
             part = attention_lse(q[..., shards[r], :], k[..., src, :], v[..., src, :], mask)
-            acc = part if acc is None else merge_partials(*acc, *part)
-        out[..., shards[r], :], lse[..., shards[r]] = acc
-    return out, lse
+            steps[r].append(part)
+            acc[r] = part if acc[r] is None else merge_partials(*acc[r], *part)
+        held = held[-1:] + held[:-1]  # every rank passes its shard on to rank r + 1
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
+    for r in range(world):  # the diagonal step always has allowed keys, so acc[r] exists
+        out[..., shards[r], :], lse[..., shards[r]] = acc[r]
+    return out, lse, steps
 
 
 def ring_work(L: int, world: int, layout: Layout = "zigzag", tile: int | None = None) -> torch.Tensor:

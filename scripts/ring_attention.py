@@ -4,13 +4,15 @@
     python scripts/ring_attention.py --world 4 --length 32 --layout contiguous
 
 The same algorithm as :func:`attnmask.ring_attention`, run for real: W processes, one
-per rank, each holding the 2c = L / W tokens of its shard (``attnmask.shard_positions``).
-At step s a rank attends the key/value shard it holds, that of rank (rank - s) mod W,
-masked by global position (``attnmask.ring_step_mask``), merges the result into its
-running ``(out, lse)`` (``attnmask.merge_partials``), and passes the shard on to rank
-rank + 1 while it receives the next one from rank - 1 (``dist.batch_isend_irecv``). A
-step whose mask is all False is skipped, as a kernel skips it, but its shard still
-travels. Rank 0 gathers the outputs and puts them back in global order.
+per rank, each given only the 2c = L / W tokens of its own shard (``attnmask.shard_positions``):
+the parent writes one file per rank, and rank r reads only its own. At step s a rank
+attends the key/value shard it holds, that of rank (rank - s) mod W, masked by global
+position (``attnmask.ring_step_mask``), and merges the result into its running
+``(out, lse)`` (``attnmask.merge_partials``). The transfer of the next shard (send to
+rank + 1, receive from rank - 1, ``dist.batch_isend_irecv``) is started *before* that
+step's attention and waited for after it: communication overlaps computation, which is
+the point of a ring. A step whose mask is all False is skipped, as a kernel skips it, but
+its shard still travels. Rank 0 gathers the outputs and puts them back in global order.
 
 The processes meet through a file (``file://`` init in a temporary folder): no port is
 opened, so runs never collide. Prints the largest difference from
@@ -37,30 +39,30 @@ ATOL = 1e-5
 
 
 def rank_main(rank: int, world: int, folder: str, layout: str) -> None:
-    """One rank: read the inputs, run the ring, send (out, lse, steps computed) to rank 0."""
+    """One rank: read its own shard, run the ring, send (out, lse, steps computed) to rank 0."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world)
     try:
-        q, k, v = torch.load(Path(folder) / "qkv.pt")  # (B, H, L, d), (B, H, L, d), (B, H, L, dv)
-        L = q.shape[-2]
-        mine = am.shard_positions(L, world, rank, layout)  # (2c,) global positions of this rank
-        q_r = q[..., mine, :]
-        kv = torch.cat([k[..., mine, :], v[..., mine, :]], dim=-1).contiguous()  # (B, H, 2c, d + dv)
-        d = k.shape[-1]
+        # only this rank's tokens: (B, H, 2c, d), (B, H, 2c, d), (B, H, 2c, dv), and the length L
+        q_r, k_r, v_r, L = torch.load(Path(folder) / f"shard{rank}.pt")
+        kv = torch.cat([k_r, v_r], dim=-1).contiguous()  # (B, H, 2c, d + dv): one message per step
+        d = k_r.shape[-1]
         out = lse = None
         computed = 0
         for step in range(world):
+            pending, incoming = [], None
+            if step < world - 1:  # start passing the shard on (and taking the previous rank's) first ...
+                incoming = torch.empty_like(kv)
+                pending = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, (rank + 1) % world),
+                                                  dist.P2POp(dist.irecv, incoming, (rank - 1) % world)])
             mask = am.ring_step_mask(L, world, rank, step, layout)  # (2c, 2c), by global position
-            if bool(mask.any()):
+            if bool(mask.any()):  # ... and compute while the next shard travels
                 part = am.attention_lse(q_r, kv[..., :d], kv[..., d:], mask)
                 out, lse = part if out is None else am.merge_partials(out, lse, *part)
                 computed += 1
-            if step < world - 1:  # pass the shard on, take the previous rank's
-                incoming = torch.empty_like(kv)
-                ops = [dist.P2POp(dist.isend, kv, (rank + 1) % world),
-                       dist.P2POp(dist.irecv, incoming, (rank - 1) % world)]
-                for req in dist.batch_isend_irecv(ops):
-                    req.wait()
+            for req in pending:
+                req.wait()
+            if incoming is not None:
                 kv = incoming
         # the diagonal step always has allowed keys, so out and lse exist
         gathered = [None] * world if rank == 0 else None
@@ -83,7 +85,10 @@ def run_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, layo
     if L % (2 * world):
         raise ValueError(f"L = {L} must be divisible by 2·world = {2 * world}")
     with tempfile.TemporaryDirectory() as folder:
-        torch.save((q, k, v), Path(folder) / "qkv.pt")
+        for r in range(world):  # each rank gets a file with its own shard only
+            mine = am.shard_positions(L, world, r, layout)
+            torch.save((q[..., mine, :].clone(), k[..., mine, :].clone(), v[..., mine, :].clone(), L),
+                       Path(folder) / f"shard{r}.pt")
         # fork where it exists: the ranks start in a fraction of a second instead of importing torch anew
         method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
         mp.start_processes(rank_main, args=(world, folder, layout), nprocs=world, join=True,

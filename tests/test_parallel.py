@@ -18,7 +18,8 @@ from grader.checks import EXERCISES
 from grader.results import CheckResult, score_of
 
 ROOT = Path(__file__).resolve().parent.parent
-CH11 = ("attention_lse", "merge_partials", "zigzag_ring_mask", "chunked_local_mask")
+CH11 = ("attention_lse", "merge_partials", "zigzag_ring_mask", "chunked_local_mask", "padded_chunked_mask",
+        "ring_attention", "cascade_attention")
 
 
 def _qkv(seed, B=2, H=2, Lq=5, Lk=9, d=4, dv=3):
@@ -82,10 +83,45 @@ def test_merge_is_stable_at_large_lse_and_exact_where_both_parts_are_empty():
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
 def test_simulated_ring_equals_full_causal_attention(world, layout):
     q, k, v = _qkv(world, Lq=4 * world, Lk=4 * world)
-    out, lse = am.ring_attention(q, k, v, world, layout)
+    out, lse, steps = am.ring_attention(q, k, v, world, layout)
     want = am.attention_lse(q, k, v, am.causal_mask(4 * world))
     torch.testing.assert_close(out, want[0])
     torch.testing.assert_close(lse, want[1])
+    # each rank's steps: the shards with an allowed key, in ring order, each its partial result alone
+    for r in range(world):
+        mine = am.shard_positions(4 * world, world, r, layout)
+        sources = [(r - s) % world for s in range(world)
+                   if am.ring_step_mask(4 * world, world, r, s, layout).any()]
+        assert len(steps[r]) == len(sources) == (world if layout == "zigzag" else r + 1)
+        for (o, s_lse), src in zip(steps[r], sources):
+            theirs = am.shard_positions(4 * world, world, src, layout)
+            m = mine[:, None] >= theirs[None, :]
+            ref = am.attention_lse(q[..., mine, :], k[..., theirs, :], v[..., theirs, :], m)
+            torch.testing.assert_close(o, ref[0])
+            torch.testing.assert_close(s_lse, ref[1])
+        merged = am.merge_all(steps[r])
+        torch.testing.assert_close(merged[0], out[..., mine, :])
+
+
+def test_cascade_attention_is_attention_over_prefix_and_real_suffix():
+    gen = torch.Generator().manual_seed(3)
+    N, H, P, S, d, dv = 4, 2, 6, 3, 4, 5
+    q, pk = torch.randn(N, H, d, generator=gen), torch.randn(H, P, d, generator=gen)
+    pv = torch.randn(H, P, dv, generator=gen)
+    sk, sv = torch.randn(N, H, S, d, generator=gen), torch.randn(N, H, S, dv, generator=gen)
+    lengths = torch.tensor([0, 3, 1, 2])
+    out, lse = am.cascade_attention(q, pk, pv, sk, sv, lengths)
+    for n in range(N):
+        k = torch.cat([pk, sk[n, :, : lengths[n]]], dim=1)[None]  # (1, H, P + len, d)
+        v = torch.cat([pv, sv[n, :, : lengths[n]]], dim=1)[None]
+        want = torch.nn.functional.scaled_dot_product_attention(q[n][None, :, None], k, v)  # PyTorch's own
+        torch.testing.assert_close(out[n], want[0, :, 0])
+        s = q[n][:, None] @ k[0].mT / math.sqrt(d)  # (H, 1, P + len)
+        torch.testing.assert_close(lse[n], torch.logsumexp(s, dim=-1)[:, 0])
+    with pytest.raises(ValueError, match="suffix_lengths"):
+        am.cascade_attention(q, pk, pv, sk, sv, torch.tensor([0, 4, 1, 2]))
+    with pytest.raises(ValueError, match="expected q"):
+        am.cascade_attention(q, pk, pv, sk[:3], sv[:3], lengths)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4, 8])
@@ -126,6 +162,45 @@ def test_chunked_local_mask_is_transformers_chunked_causal_mask():
             am.chunked_local_mask(*bad)
 
 
+def test_padded_chunked_mask_is_transformers_chunked_causal_mask_with_left_padding():
+    pytest.importorskip("transformers")
+    from transformers import Llama4TextConfig
+    from transformers.masking_utils import chunked_causal_mask_function, create_chunked_causal_mask, sdpa_mask
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    gen = torch.Generator().manual_seed(0)
+    for chunk in (1, 2, 3, 4, 11):
+        config = Llama4TextConfig(hidden_size=16, intermediate_size=32, intermediate_size_mlp=32,
+                                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                  head_dim=8, vocab_size=32, attention_chunk_size=chunk)
+        config._attn_implementation = "sdpa"
+        B, L = 5, 10
+        pads = torch.tensor([0, 2, 5, 9, 10])  # a row of padding only, too
+        mask = torch.arange(L)[None, :] >= pads[:, None]
+        mask[1, 6] = False  # a masked key after the first real token: it shifts no chunk
+        hf = create_chunked_causal_mask(config=config, inputs_embeds=torch.zeros(B, L, 16),
+                                        attention_mask=mask.long(), cache=None,
+                                        position_ids=torch.arange(L)[None].expand(B, -1),
+                                        allow_is_causal_skip=False)
+        assert torch.equal(hf, am.padded_chunked_mask(mask, L, chunk)), chunk
+        # the last Lq queries, after a cache (q_offset), with the same left padding
+        left = (mask.long().cumsum(-1) == 0).sum(-1)
+        for Lq in (1, 3):
+            hf = sdpa_mask(batch_size=B, q_length=Lq, kv_length=L, q_offset=L - Lq,
+                           mask_function=chunked_causal_mask_function(chunk, left), attention_mask=mask,
+                           allow_is_causal_skip=False)
+            assert torch.equal(hf, am.padded_chunked_mask(mask, Lq, chunk)), (chunk, Lq)
+    assert torch.equal(am.padded_chunked_mask(torch.ones(1, 7, dtype=torch.bool), 7, 3)[0, 0],
+                       am.chunked_local_mask(7, 7, 3))  # no padding: chapter 11.4's mask
+    del gen
+    for bad in [(0, 2), (11, 2), (3, 0)]:
+        with pytest.raises(ValueError):
+            am.padded_chunked_mask(torch.ones(2, 10, dtype=torch.bool), *bad)
+    with pytest.raises(ValueError, match="bool"):
+        am.padded_chunked_mask(torch.ones(2, 10, dtype=torch.long), 3, 2)
+
+
 def test_builders_run_on_meta():
     assert am.zigzag_ring_mask(16, 4, 1, 2, device="meta").shape == (4, 4)
     assert am.chunked_local_mask(3, 8, 4, device="meta").shape == (3, 8)
@@ -146,6 +221,21 @@ def _trivial(name):
     if name == "zigzag_ring_mask":
         return [lambda L, w, r, s, *, device=None: am.causal_mask(L // w, device=device).fill_(True),
                 lambda L, w, r, s, *, device=None: am.causal_mask(L // w, device=device)]
+    if name == "padded_chunked_mask":
+        return [lambda m, Lq, c: am.causal_mask(Lq, n_keys=m.shape[-1]).expand(m.shape[0], 1, -1, -1),
+                lambda m, Lq, c: m[:, None, None, :].expand(-1, 1, Lq, -1),
+                lambda m, Lq, c: torch.ones(m.shape[0], 1, Lq, m.shape[-1], dtype=torch.bool)]
+    if name == "ring_attention":
+        def one_pass(q, k, v, world, layout="zigzag"):  # right out and lse, no ring
+            out, lse = am.attention_lse(q, k, v, am.causal_mask(q.shape[-2]))
+            return out, lse, [[(out, lse)] for _ in range(world)]
+
+        return [one_pass,
+                lambda q, k, v, w, layout="zigzag": (torch.zeros_like(v), torch.zeros(q.shape[:-1]), [])]
+    if name == "cascade_attention":
+        return [lambda q, pk, pv, sk, sv, n: (torch.zeros(*q.shape[:-1], pv.shape[-1], dtype=q.dtype),
+                                              torch.zeros(q.shape[:-1])),
+                lambda q, pk, pv, sk, sv, n: am.attention_lse(q.transpose(0, 1)[None], pk[None], pv[None])]
     return [lambda Lq, Lk, c, *, device=None: am.causal_mask(Lq, n_keys=Lk, device=device),
             lambda Lq, Lk, c, *, device=None: torch.ones(Lq, Lk, dtype=torch.bool, device=device)]
 

@@ -65,6 +65,34 @@ MISTAKES11: dict[str, str] = {
                         "(j <= p).",
     "chunk_top_left": "query i is placed at position i: the queries are the last Lq of the Lk positions, "
                       "query i at p = Lk - Lq + i (bottom-right).",
+    "padchunk_from_zero": "the chunks are counted from position 0 of the buffer: a left-padded row's "
+                          "chunks start at its first real token, so compare (j - pad) // chunk with "
+                          "(p - pad) // chunk, pad the row's number of leading False.",
+    "padchunk_pad_keys": "padding keys are attended: AND the chunked causal mask with the row's "
+                         "attention_mask (a key that is padding is never seen).",
+    "padchunk_all_false": "every False of the row is counted as left padding: only the leading False shift "
+                          "the chunks (transformers counts the positions before the first real token); a "
+                          "False after it is a masked key that shifts nothing.",
+    "ring_source_plus_steps": MG.RING_SOURCE_PLUS,
+    "ring_empty_steps": MG.RING_EMPTY_STEPS,
+    "ring_layout": MG.RING_LAYOUT,
+    "ring_local_steps": MG.RING_LOCAL,
+    "ring_no_merge": MG.RING_NO_MERGE,
+    "ring_stale_lse": MG.RING_STALE_LSE,
+    "cascade_suffix_unmasked": "the suffix's padding keys are attended: sequence n has suffix_lengths[n] "
+                               "real keys; mask the rest (a sequence with none has an all-False suffix "
+                               "row, lse -inf).",
+    "cascade_pairs_mixed": "the partial results are mixed up: merge_partials takes (out1, lse1, out2, lse2), "
+                           "each output beside its own lse (the prefix's out with the prefix's lse).",
+    "cascade_reshape": "the queries were reshaped from (N, H, d) to (1, H, N, d) with reshape/view: that "
+                       "mixes sequences and heads; move the head dimension first with transpose(0, 1), then "
+                       "add the batch dimension (and transpose back after).",
+    "cascade_per_sequence": "the prefix is attended one sequence at a time: its keys are read N times. "
+                            "Put the N queries side by side as the rows of one (1, H, N, d) query block "
+                            "and attend the prefix once for all of them.",
+    "cascade_prefix_copied": "the prefix is copied per sequence (expanded and concatenated with each "
+                             "suffix, or repeated N times): its keys are read N times. Attend it once with "
+                             "the N queries as one block of rows, and each suffix alone.",
 }
 X = MISTAKES11
 
@@ -436,4 +464,252 @@ def chunked_local_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]
                  [Call((1, n, chunk)) for n in range(2 * chunk - 1, 2 * chunk + 3)]),
         J.values(R, "prefill of Lk keys, chunk not dividing Lk; queries across two chunks",
                  [Call((Lk, Lk, chunk)), Call((chunk + 2, Lk, chunk))]),
+    ]
+
+
+# --------------------------------------------------------------------------- padded_chunked_mask
+
+def _chunked_with(attention_mask, Lq, chunk, pad, keys=True):
+    """bool (B, 1, Lq, Lk): chunks counted from ``pad`` (B,), keys masked by ``attention_mask`` or not."""
+    Lk = attention_mask.shape[-1]
+    p = torch.arange(Lk - Lq, Lk)[:, None]
+    j = torch.arange(Lk)[None, :]
+    off = pad[:, None, None, None]
+    same = (j - off).div(chunk, rounding_mode="floor") == (p - off).div(chunk, rounding_mode="floor")
+    m = (j <= p) & same
+    return m & attention_mask[:, None, None, :] if keys else m
+
+
+def diagnose_padded(args, kwargs, got, index, dtype) -> str | None:
+    mask, Lq, chunk = args[:3]
+    mask = mask.bool()
+    pad = (~mask).long().cumprod(dim=-1).sum(dim=-1)
+    zero = torch.zeros_like(pad)
+    ref = am.padded_chunked_mask(mask, Lq, chunk)
+    Lk = mask.shape[-1]
+    i = torch.arange(Lq)[:, None]
+    j = torch.arange(Lk)[None, :]
+    off = pad[:, None, None, None]
+    return dg.name_mistake(got, [
+        (M["inverted"], lambda: ~ref),
+        (X["padchunk_from_zero"], lambda: _chunked_with(mask, Lq, chunk, zero)),
+        (X["padchunk_pad_keys"], lambda: _chunked_with(mask, Lq, chunk, pad, keys=False)),
+        (X["padchunk_from_zero"], lambda: _chunked_with(mask, Lq, chunk, zero, keys=False)),
+        (X["padchunk_all_false"], lambda: _chunked_with(mask, Lq, chunk, (~mask).long().sum(dim=-1))),
+        (X["chunk_top_left"], lambda: ((j <= i) & ((j - off).div(chunk, rounding_mode="floor")
+                                                   == (i - off).div(chunk, rounding_mode="floor"))
+                                       & mask[:, None, None, :])),
+    ], dtype)
+
+
+PADDED = J.Recipe("padded_chunked_mask", am.padded_chunked_mask, ("attention_mask", "Lq", "chunk"),
+                  (J.Out("mask", "mask", "(B, 1, Lq, Lk)",
+                         lambda a, k: (a[0].shape[0], 1, a[1], a[0].shape[-1])),), diagnose_padded)
+
+
+def left_padded(gen, B: int, Lk: int, pads: list[int] | None = None, holes: bool = False) -> torch.Tensor:
+    """bool (B, Lk), True = a real token: row b starts with pads[b] False (random when None); with
+    ``holes``, one real row also gets a False after its first real token (a masked key, not padding)."""
+    pads = pads if pads is not None else [cases.integer(gen, 0, Lk - 2) for _ in range(B)]
+    m = torch.arange(Lk)[None, :] >= torch.tensor(pads)[:, None]
+    if holes:
+        b = int(torch.argmin(torch.tensor(pads)))
+        m[b, cases.integer(gen, pads[b] + 1, Lk - 1)] = False
+    return m
+
+
+@exercise(3, "padded_chunked_mask(attention_mask, Lq, chunk): bool (B, 1, Lq, Lk), True = may attend: "
+          "query i of row b at p = Lk - Lq + i sees key j iff attention_mask[b, j], j <= p and "
+          "(j - pad_b) // chunk == (p - pad_b) // chunk, pad_b = the number of leading False of row b "
+          "(transformers' chunked overlay with left padding).")
+def padded_chunked_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = PADDED
+    pub = cases.generator(cases.PUBLIC_SEED, R.name)
+    checks = [
+        J.values(R, "prefill, chunk 3, left padding of 0, 2 and 5 (B=3, Lk=10)",
+                 [Call((left_padded(pub, 3, 10, [0, 2, 5]), 10, 3))], public=True),
+        J.values(R, "decode: one query after 8 keys, chunk 4, left padding of 1 and 3",
+                 [Call((left_padded(pub, 2, 9, [1, 3]), 1, 4))], public=True),
+        J.values(R, "a masked key after the first real token shifts nothing (B=2, Lk=9, chunk 3)",
+                 [Call((left_padded(pub, 2, 9, [2, 0], holes=True), 9, 3))], public=True),
+        J.raises(R.name, R.arg_names, "bad sizes raise ValueError",
+                 [Call((left_padded(pub, 2, 6, [0, 1]), 0, 2)), Call((left_padded(pub, 2, 6, [0, 1]), 7, 2)),
+                  Call((left_padded(pub, 2, 6, [0, 1]), 3, 0))], "1 <= Lq <= Lk and chunk >= 1"),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    chunk = cases.integer(gen, 2, 4)
+    B, Lk = cases.integer(gen, 3, 4), cases.integer(gen, 3 * chunk + 1, 4 * chunk + 2)
+    x = lambda holes=False: left_padded(gen, B, Lk, holes=holes)  # noqa: E731
+    return checks + [
+        J.values(R, "prefill of random left-padded rows (random chunk, Lk)", [Call((x(), Lk, chunk))]),
+        J.values(R, "the last Lq queries (a chunk of queries after a cache), random padding",
+                 [Call((x(), cases.integer(gen, 2, chunk + 2), chunk)), Call((x(True), Lk - 1, chunk))]),
+        J.values(R, "decode steps across a chunk border of a padded row",
+                 [Call((left_padded(gen, 2, n, [cases.integer(gen, 1, 3), 0]), 1, chunk))
+                  for n in range(2 * chunk + 2, 2 * chunk + 6)]),
+        J.values(R, "a row that is all padding beside a real one; chunk >= Lk (plain causal over real keys)",
+                 [Call((left_padded(gen, 2, Lk, [Lk, 1]), Lk, chunk)),
+                  Call((left_padded(gen, 2, Lk, [2, 0]), Lk, Lk + 1))], edge=True),
+        J.dtypes(R, "bool (True = may attend)", [Call((x(), Lk, chunk))]),
+        P.on_device(R, "on attention_mask's device (meta)", [Call((x(), Lk, chunk), device="meta")],
+                    vectorised=False),
+        P.unchanged(R, "does not modify attention_mask", [Call((x(), Lk, chunk))]),
+        P.on_cuda(R, "matches on CUDA", [Call((x(True), Lk - 2, chunk))]),
+    ]
+
+
+# --------------------------------------------------------------------------- ring_attention
+
+RING_ATT = J.Recipe("ring_attention", am.ring_attention, ("q", "k", "v", "world", "layout"),
+                    (J.Out("out", "number", "(B, H, L, dv)"), J.Out("lse", "logsumexp", "(B, H, L)")))
+
+
+def ring_case(gen, world: int, layout: str, B: int = 1, c: int = 1, dtype=F32) -> Call:
+    L = 2 * world * c
+    return Call((*qkv(gen, B, 2, L, L, 4, 3, dtype), world, layout))
+
+
+def ring_steps(name: str, calls: list[Call], public: bool = False, edge: bool = False) -> Check:
+    """``edge``: one rank, whose one step is plain causal attention (one pass passes it)."""
+    return Check(name, calls, MG.ring_steps_judge(RING_ATT.name, RING_ATT.arg_names), public=public,
+                 kind="edge" if edge else "value")
+
+
+@exercise(6, "ring_attention(q, k, v, world, layout='zigzag'): (out (B, H, L, dv), lse (B, H, L), steps): "
+          "causal attention computed on a simulated ring of `world` ranks; steps[r] lists, in ring order, "
+          "the (out_s, lse_s) of each step rank r ran (its local queries over the shard it held alone; "
+          "all-False steps skipped), merged with your merge_partials.")
+def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = RING_ATT
+    pub = cases.generator(cases.PUBLIC_SEED, R.name)
+    checks = [
+        ring_steps("world = 2, L = 8, zigzag: out, lse and every rank's steps",
+                   [ring_case(pub, 2, "zigzag", c=2)], public=True),
+        ring_steps("world = 2, L = 8, contiguous: rank 0 skips the step holding rank 1's shard",
+                   [ring_case(pub, 2, "contiguous", c=2)], public=True),
+        ring_steps("world = 4, both layouts (B = 2, L = 8)",
+                   [ring_case(pub, 4, "zigzag", B=2), ring_case(pub, 4, "contiguous", B=2)], public=True),
+        J.raises(R.name, R.arg_names, "bad sizes or layout raise ValueError",
+                 [Call((*qkv(pub, 1, 1, 6, 6, 2, 2), 2, "zigzag")),
+                  Call((*qkv(pub, 1, 1, 8, 8, 2, 2), 2, "diagonal"))],
+                 "2·world must divide L, and layout is 'zigzag' or 'contiguous'"),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    c = cases.integer(gen, 1, 2)
+    B = cases.integer(gen, 1, 2)
+    return checks + [
+        ring_steps("world = 3, zigzag and contiguous (random B, L)",
+                   [ring_case(gen, 3, "zigzag", B, c), ring_case(gen, 3, "contiguous", B, c)]),
+        ring_steps("world = 5, zigzag and contiguous (random B, L)",
+                   [ring_case(gen, 5, "zigzag", B, c), ring_case(gen, 5, "contiguous", B, c)]),
+        ring_steps("world = 5, layout left out (zigzag by default)",
+                   [Call((*qkv(gen, B, 2, 10 * c, 10 * c, 4, 3), 5))]),
+        ring_steps("world = 1: one rank, one step (plain causal)", [ring_case(gen, 1, "zigzag", B, 2)],
+                   edge=True),
+        P.unchanged(R, "does not modify inputs", [ring_case(gen, 3, "zigzag", B, c)]),
+        Check("on the inputs' device (meta), layout left out",
+              [Call(ring_case(gen, 3, "zigzag", B, c).args[:4], device="meta")],
+              MG.ring_device_judge(R.name, R.arg_names), kind="property"),
+        Check("matches on CUDA (world = 3, both layouts)",
+              [Call(x.args, device=dev)
+               for x in (ring_case(gen, 3, "zigzag", B, c), ring_case(gen, 3, "contiguous"))
+               for dev in ("cuda", "cpu")],
+              MG.ring_steps_judge(R.name, R.arg_names), requires="cuda"),
+    ]
+
+
+# --------------------------------------------------------------------------- cascade_attention
+
+def _cascade_parts(args):
+    """(prefix (out, lse), suffix masked (out, lse), suffix unmasked (out, lse)), float64, (N, H, .)."""
+    q, pk, pv, sk, sv, n = args[:6]
+    S = sk.shape[2]
+    qq = q.double().transpose(0, 1)[None]  # (1, H, N, d)
+    P_ = MG.attend64(qq, pk.double()[None], pv.double()[None], torch.ones(1, dtype=torch.bool))
+    prefix = (P_[0][0].transpose(0, 1), P_[1][0].transpose(0, 1))
+    real = (torch.arange(S)[None, :] < n[:, None])[:, None, None, :]  # (N, 1, 1, S)
+    own = MG.attend64(q.double()[:, :, None], sk, sv, real)
+    loose = MG.attend64(q.double()[:, :, None], sk, sv, torch.ones_like(real))
+    return prefix, (own[0][:, :, 0], own[1][:, :, 0]), (loose[0][:, :, 0], loose[1][:, :, 0])
+
+
+def diagnose_cascade(args, kwargs, got, index, dtype) -> str | None:
+    prefix, own, loose = _cascade_parts(args)
+    q = args[0]
+    N, H, d = q.shape
+
+    def reshaped():
+        qq = q.double().reshape(1, H, N, d)
+        everything = torch.ones(1, dtype=torch.bool)
+        o, s = MG.attend64(qq, args[1].double()[None], args[2].double()[None], everything)
+        return MG.merge64(o[0].reshape(N, H, -1), s[0].reshape(N, H), *own)
+
+    return dg.name_mistake(got, [
+        (X["cascade_suffix_unmasked"], lambda: MG.merge64(*prefix, *loose)),
+        (X["cascade_pairs_mixed"], lambda: MG.merge64(prefix[0], own[1], own[0], prefix[1])),
+        (X["cascade_reshape"], reshaped),
+        (X["merge_average"], lambda: ((prefix[0] + own[0]) / 2, MG.merge64(*prefix, *own)[1])),
+    ], dtype, index)
+
+
+CASCADE = J.Recipe("cascade_attention", am.cascade_attention,
+                   ("q", "prefix_k", "prefix_v", "suffix_k", "suffix_v", "suffix_lengths"),
+                   (J.Out("out", "number", "(N, H, dv)"), J.Out("lse", "logsumexp", "(N, H)")),
+                   diagnose_cascade)
+
+
+def cascade_case(gen, N: int, H: int, P_: int, S: int, d: int = 4, dv: int = 3, dtype=F32,
+                 lengths: torch.Tensor | None = None) -> tuple:
+    return (cases.randn(gen, N, H, d, dtype=dtype), cases.randn(gen, H, P_, d, dtype=dtype),
+            cases.randn(gen, H, P_, dv, dtype=dtype), cases.randn(gen, N, H, S, d, dtype=dtype),
+            cases.randn(gen, N, H, S, dv, dtype=dtype),
+            cases.lengths(gen, N, S) if lengths is None else lengths)
+
+
+@exercise(4, "cascade_attention(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths): (out (N, H, dv), "
+          "lse (N, H)): one decoding query per sequence (q (N, H, d)) over a shared prefix (H, P, d) "
+          "attended once for all N queries and its own suffix (N, H, S, d) whose first suffix_lengths[n] "
+          "keys are real, merged with your merge_partials.")
+def cascade_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    R = CASCADE
+    pub = cases.generator(cases.PUBLIC_SEED, R.name)
+    checks = [
+        J.values(R, "N = 3 sequences, H = 2, prefix of 5, suffixes of 2, 0 and 4 real keys (of S = 4)",
+                 [Call(cascade_case(pub, 3, 2, 5, 4, lengths=torch.tensor([2, 0, 4])))], public=True),
+        J.raises(R.name, R.arg_names, "shapes that do not fit, or lengths outside 0 .. S, raise ValueError",
+                 [Call(cascade_case(pub, 2, 2, 3, 2, lengths=torch.tensor([1, 3]))),
+                  Call((*cascade_case(pub, 2, 2, 3, 2)[:3], *cascade_case(pub, 3, 2, 3, 2)[3:]))],
+                 "q (N, H, d), prefix (H, P, d|dv), suffix (N, H, S, d|dv), 0 <= suffix_lengths <= S"),
+    ]
+    if not hidden:
+        return checks
+    gen = cases.generator(seed, R.name)
+    N, H = cases.integer(gen, 3, 6), cases.integer(gen, 1, 3)
+    P_, S = cases.integer(gen, 4, 9), cases.integer(gen, 2, 5)
+    x = lambda dtype=F32, scale=1.0: cascade_case(gen, N, H, P_, S, dtype=dtype)  # noqa: E731
+    big = cascade_case(gen, 12, 2, 32, 3)
+    return checks + [
+        J.values(R, "random N, H, P, S; a sequence with no suffix key and one with all S",
+                 [Call(x()), Call(x())]),
+        J.values(R, "every suffix full; dv != d", [Call(cascade_case(gen, N, H, P_, S, d=4, dv=6,
+                                                                     lengths=torch.full((N,), S)))]),
+        J.values(R, "large scores (≈ 1e3) in the prefix and the suffixes",
+                 [Call(tuple(t * 12 if t.dtype.is_floating_point and i in (0, 1, 3) else t
+                             for i, t in enumerate(x())))]),
+        J.values(R, "float16 (lse in float32)", [Call(x(F16))]),
+        J.values(R, "bfloat16 (lse in float32)", [Call(x(BF16))]),
+        J.dtypes(R, "out in q's dtype, lse float32", [Call(x(dt)) for dt in cases.FLOATS]),
+        P.unchanged(R, "does not modify inputs", [Call(x())]),
+        P.on_cuda(R, "matches on CUDA", [Call(x()), Call(x(F16))]),
+        # The prefix read once is the exercise: it weighs as much as the values (a per-sequence loop keeps
+        # about half the points).
+        Check("reads the prefix once: N = 12 queries, P = 32 prefix keys, d = 4",
+              [Call(big, allocations=True)],
+              MG.prefix_once_judge(R.name, R.arg_names, X["cascade_per_sequence"],
+                                   X["cascade_prefix_copied"]),
+              kind="property", weight=8.0),
     ]

@@ -261,3 +261,55 @@ def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
         dq += ds @ kt / math.sqrt(d)
         dk[:, :, start:start + tile] = ds.transpose(-2, -1) @ x / math.sqrt(d)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def padded_chunked_mask(attention_mask, Lq, chunk):
+    Lk = attention_mask.shape[-1]
+    if Lq < 1 or Lq > Lk or chunk < 1:
+        raise ValueError(f"bad sizes: Lq={Lq}, Lk={Lk}, chunk={chunk}")
+    pad = (attention_mask.long().cumsum(-1) == 0).sum(-1)[:, None, None, None]  # transformers' count
+    p = torch.arange(Lk - Lq, Lk, device=attention_mask.device)[:, None]
+    j = torch.arange(Lk, device=attention_mask.device)
+    same = (j - pad).div(chunk, rounding_mode="floor") == (p - pad).div(chunk, rounding_mode="floor")
+    return (j <= p) & same & attention_mask[:, None, None, :]
+
+
+def ring_positions(L, world, r, layout):
+    c = L // (2 * world)
+    a, b = (r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1)
+    return torch.cat([torch.arange(a * c, a * c + c), torch.arange(b * c, b * c + c)])
+
+
+def ring_attention(q, k, v, world, layout="zigzag"):
+    L = q.shape[-2]
+    if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
+        raise ValueError(f"bad ring: L={L}, world={world}, layout={layout!r}")
+    pos = [ring_positions(L, world, r, layout).to(q.device) for r in range(world)]
+    held = [(k[..., p, :], v[..., p, :], p) for p in pos]  # the shard each rank holds
+    acc, steps = [None] * world, [[] for _ in range(world)]
+    for _ in range(world):
+        for r in range(world):
+            kk, vv, kp = held[r]
+            m = pos[r][:, None] >= kp[None, :]
+            if m.any():
+                part = attention_lse(q[..., pos[r], :], kk, vv, m)
+                steps[r].append(part)
+                acc[r] = part if acc[r] is None else merge_partials(*acc[r], *part)
+        held = [held[(r - 1) % world] for r in range(world)]  # pass on to r + 1
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    lse = torch.empty(q.shape[:-1], device=q.device)
+    for r in range(world):
+        out[..., pos[r], :], lse[..., pos[r]] = acc[r]
+    return out, lse, steps
+
+
+def cascade_attention(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    N, H, d = q.shape
+    S = suffix_k.shape[2]
+    if prefix_k.shape[0] != H or suffix_k.shape[:2] != (N, H) or suffix_lengths.shape != (N,) \
+            or bool((suffix_lengths < 0).any()) or bool((suffix_lengths > S).any()):
+        raise ValueError("shapes or lengths do not fit")
+    o1, l1 = attention_lse(q.transpose(0, 1).unsqueeze(0), prefix_k.unsqueeze(0), prefix_v.unsqueeze(0))
+    real = torch.arange(S, device=q.device) < suffix_lengths[:, None]  # (N, S)
+    o2, l2 = attention_lse(q.unsqueeze(2), suffix_k, suffix_v, real[:, None, None, :])
+    return merge_partials(o1[0].transpose(0, 1), l1[0].transpose(0, 1), o2[:, :, 0], l2[:, :, 0])

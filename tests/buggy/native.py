@@ -20,6 +20,7 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     image_text_mask,
     left_padding_position_ids,
     packed_labels,
+    padded_chunked_mask,
     padding_mask,
     prefix_lm_mask,
     rolling_cache_mask,
@@ -198,3 +199,44 @@ def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
         dq = dq + ds @ kt / math.sqrt(d)
         dks.append(ds.mT @ qs)  # qs holds the 1/sqrt(d) already
     return dq.to(q.dtype), torch.cat(dks, 2).to(k.dtype), torch.cat(dvs, 2).to(v.dtype)
+
+
+def ring_attention(q, k, v, world, layout="zigzag"):
+    # each rank's shard as a dict; the ring as a list rotated by one at each step
+    L = q.shape[-2]
+    if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
+        raise ValueError("2·world must divide L; layout is 'zigzag' or 'contiguous'")
+    c = L // (2 * world)
+    chunks = [(r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1) for r in range(world)]
+    pos = [torch.cat([torch.arange(a * c, (a + 1) * c) for a in ch]).to(q.device) for ch in chunks]
+    ring = [{"k": k[..., p, :], "v": v[..., p, :], "pos": p} for p in pos]
+    out, lse = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device), None
+    lse = torch.full(q.shape[:-1], float("-inf"), device=q.device)
+    steps = [[] for _ in range(world)]
+    for _ in range(world):
+        for r in range(world):
+            held = ring[r]
+            allowed = pos[r][:, None] >= held["pos"][None, :]
+            if not bool(allowed.any()):
+                continue
+            part = attention_lse(q[..., pos[r], :], held["k"], held["v"], allowed)
+            steps[r].append(part)
+            merged = merge_partials(out[..., pos[r], :], lse[..., pos[r]], *part)
+            out[..., pos[r], :], lse[..., pos[r]] = merged
+        ring = ring[-1:] + ring[:-1]
+    return out, lse, steps
+
+
+def cascade_attention(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    # the prefix with einsum, all N queries against it at once
+    N, H, d = q.shape
+    S = suffix_k.shape[2]
+    if prefix_k.shape[0] != H or suffix_k.shape[:2] != (N, H) or suffix_lengths.shape != (N,) \
+            or not bool(((suffix_lengths >= 0) & (suffix_lengths <= S)).all()):
+        raise ValueError("shapes or suffix_lengths do not fit")
+    s1 = torch.einsum("nhd,hpd->hnp", q.float(), prefix_k.float()) / math.sqrt(d)  # (H, N, P)
+    l1 = torch.logsumexp(s1, dim=-1)  # (H, N)
+    o1 = torch.einsum("hnp,hpe->nhe", torch.exp(s1 - l1[..., None]), prefix_v.float())
+    real = torch.arange(S, device=q.device) < suffix_lengths[:, None]  # (N, S)
+    o2, l2 = attention_lse(q[:, :, None], suffix_k, suffix_v, real[:, None, None, :])
+    return merge_partials(o1.to(q.dtype), l1.T, o2[:, :, 0], l2[:, :, 0])

@@ -175,3 +175,159 @@ def chunk_top_left(Lq, Lk, chunk, *, device=None):
 def chunk_not_causal(Lq, Lk, chunk, *, device=None):
     p, j = _chunk_parts(Lq, Lk, device)
     return j // chunk == p // chunk
+
+
+# --------------------------------------------------------------------------- padded_chunked_mask
+
+
+def _padded(attention_mask, Lq, chunk, pad, keys=True):
+    Lk = attention_mask.shape[-1]
+    if Lq < 1 or Lq > Lk or chunk < 1:
+        raise ValueError("bad sizes")
+    pad = pad[:, None, None, None]
+    p = torch.arange(Lk - Lq, Lk)[:, None]
+    j = torch.arange(Lk)
+    same = (j - pad).div(chunk, rounding_mode="floor") == (p - pad).div(chunk, rounding_mode="floor")
+    m = (j <= p) & same
+    return m & attention_mask[:, None, None, :] if keys else m
+
+
+def padchunk_from_zero(attention_mask, Lq, chunk):
+    return _padded(attention_mask, Lq, chunk, torch.zeros(attention_mask.shape[0], dtype=torch.long))
+
+
+def padchunk_pad_keys(attention_mask, Lq, chunk):
+    pad = (attention_mask.long().cumsum(-1) == 0).sum(-1)
+    return _padded(attention_mask, Lq, chunk, pad, keys=False)  # padding keys left visible
+
+
+def padchunk_all_false(attention_mask, Lq, chunk):
+    return _padded(attention_mask, Lq, chunk, (~attention_mask).sum(-1))  # every False counted as padding
+
+
+# --------------------------------------------------------------------------- ring_attention
+
+
+def _ring_attention(q, k, v, world, layout, *, source=lambda r, s, w: (r - s) % w, skip=True, local=False,
+                    merge="right", positions=ok.ring_positions):
+    L = q.shape[-2]
+    if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
+        raise ValueError("bad ring")
+    pos = [positions(L, world, r, layout) for r in range(world)]
+    acc, steps = [None] * world, [[] for _ in range(world)]
+    for r in range(world):
+        for s in range(world):
+            src = pos[source(r, s, world)]
+            n = len(src)
+            m = torch.ones(n, n, dtype=torch.bool).tril() if local else pos[r][:, None] >= src[None, :]
+            if skip and not m.any():
+                continue
+            part = ok.attention_lse(q[..., pos[r], :], k[..., src, :], v[..., src, :], m)
+            steps[r].append(part)
+            if acc[r] is None or merge == "overwrite":
+                acc[r] = part
+            elif merge == "stale":  # the merged out kept, the running lse left as it was
+                acc[r] = (ok.merge_partials(*acc[r], *part)[0], acc[r][1])
+            else:
+                acc[r] = ok.merge_partials(*acc[r], *part)
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    lse = torch.empty(q.shape[:-1])
+    for r in range(world):
+        out[..., pos[r], :], lse[..., pos[r]] = acc[r]
+    return out, lse, steps
+
+
+def ring_att_source_plus(q, k, v, world, layout="zigzag"):
+    return _ring_attention(q, k, v, world, layout, source=lambda r, s, w: (r + s) % w)
+
+
+def ring_att_no_merge(q, k, v, world, layout="zigzag"):
+    return _ring_attention(q, k, v, world, layout, merge="overwrite")
+
+
+def ring_att_stale_lse(q, k, v, world, layout="zigzag"):
+    return _ring_attention(q, k, v, world, layout, merge="stale")
+
+
+def ring_att_no_skip(q, k, v, world, layout="zigzag"):
+    return _ring_attention(q, k, v, world, layout, skip=False)
+
+
+def ring_att_local(q, k, v, world, layout="zigzag"):
+    return _ring_attention(q, k, v, world, layout, local=True)
+
+
+def ring_att_layouts_swapped(q, k, v, world, layout="zigzag"):
+    swap = {"zigzag": "contiguous", "contiguous": "zigzag"}
+    return _ring_attention(q, k, v, world, layout,
+                           positions=lambda L, w, r, lay: ok.ring_positions(L, w, r, swap[lay]))
+
+
+def ring_att_one_pass(q, k, v, world, layout="zigzag"):
+    """Full causal attention in one call, no ring: nothing to show for the steps."""
+    L = q.shape[-2]
+    if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
+        raise ValueError("bad ring")
+    mask = torch.ones(L, L, dtype=torch.bool).tril()
+    out, lse = ok.attention_lse(q, k, v, mask)
+    return out, lse, [[] for _ in range(world)]
+
+
+# --------------------------------------------------------------------------- cascade_attention
+
+
+def _cascade(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths, *, masked=True, mixed=False,
+             reshape=False):
+    N, H, d = q.shape
+    S = suffix_k.shape[2]
+    if suffix_lengths.shape != (N,) or bool((suffix_lengths > S).any()) or prefix_k.shape[0] != H \
+            or suffix_k.shape[:2] != (N, H):
+        raise ValueError("bad shapes")
+    qq = q.reshape(1, H, N, d) if reshape else q.transpose(0, 1)[None]
+    o1, l1 = ok.attention_lse(qq, prefix_k[None], prefix_v[None])
+    o1, l1 = (o1[0].reshape(N, H, -1), l1[0].reshape(N, H)) if reshape else (o1[0].transpose(0, 1), l1[0].T)
+    real = torch.arange(S) < suffix_lengths[:, None] if masked else torch.ones(N, S, dtype=torch.bool)
+    o2, l2 = ok.attention_lse(q[:, :, None], suffix_k, suffix_v, real[:, None, None, :])
+    o2, l2 = o2[:, :, 0], l2[:, :, 0]
+    return ok.merge_partials(o1, l2, o2, l1) if mixed else ok.merge_partials(o1, l1, o2, l2)
+
+
+def cascade_unmasked_suffix(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    return _cascade(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths, masked=False)
+
+
+def cascade_pairs_mixed(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    return _cascade(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths, mixed=True)
+
+
+def cascade_reshaped_queries(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    return _cascade(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths, reshape=True)
+
+
+def cascade_per_sequence(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    """Right values, the prefix attended once per sequence (its keys read N times)."""
+    N, S = q.shape[0], suffix_k.shape[2]
+    if suffix_lengths.shape != (N,) or bool((suffix_lengths > S).any()) or suffix_k.shape[0] != N:
+        raise ValueError("bad shapes")
+    outs, lses = [], []
+    for n in range(N):
+        o1, l1 = ok.attention_lse(q[n][None, :, None], prefix_k[None], prefix_v[None])  # (1, H, 1, .)
+        real = (torch.arange(S) < suffix_lengths[n])[None, None, None, :]
+        o2, l2 = ok.attention_lse(q[n][None, :, None], suffix_k[n][None], suffix_v[n][None], real)
+        o, s = ok.merge_partials(o1, l1, o2, l2)
+        outs.append(o[0, :, 0])
+        lses.append(s[0, :, 0])
+    return torch.stack(outs), torch.stack(lses)
+
+
+def cascade_recompute(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    """Right values, the prefix concatenated with every suffix: a copy of the prefix per sequence."""
+    N, H, d = q.shape
+    P, S = prefix_k.shape[1], suffix_k.shape[2]
+    if suffix_lengths.shape != (N,) or bool((suffix_lengths > S).any()) or suffix_k.shape[0] != N:
+        raise ValueError("bad shapes")
+    k = torch.cat([prefix_k.expand(N, -1, -1, -1), suffix_k], dim=2)  # (N, H, P + S, d)
+    v = torch.cat([prefix_v.expand(N, -1, -1, -1), suffix_v], dim=2)
+    real = torch.cat([torch.ones(N, P, dtype=torch.bool), torch.arange(S) < suffix_lengths[:, None]], dim=1)
+    o, s = ok.attention_lse(q[:, :, None], k, v, real[:, None, None, :])
+    return o[:, :, 0], s[:, :, 0]
