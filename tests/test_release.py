@@ -33,6 +33,8 @@ CHAPTERS = {
     "ex09_real_models": ("left_padding_position_ids", "packed_labels", "gqa_attention", "alibi_bias"),
     "ex10_serving_multimodal": ("image_text_mask", "rolling_cache_mask", "paged_attention", "tree_mask"),
     "ex11_across_devices": ("attention_lse", "merge_partials", "zigzag_ring_mask", "chunked_local_mask"),
+    "ex12_modern_architectures": ("sink_attention", "topk_selection_mask", "block_diffusion_mask",
+                                  "decay_mask"),
 }
 CONTRACT = [name for names in CHAPTERS.values() for name in names]
 # Names that would be the answer: no exercise function may use them.

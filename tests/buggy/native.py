@@ -12,8 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from .correct import (  # noqa: F401 -- the mask builders are the same
+    block_diffusion_mask,
     causal_mask,
     chunked_local_mask,
+    decay_mask,
     decoder_mask,
     document_mask,
     encoder_decoder_masks,
@@ -24,6 +26,7 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     prefix_lm_mask,
     rolling_cache_mask,
     sliding_window_mask,
+    topk_selection_mask,
     tree_mask,
     zigzag_ring_mask,
 )
@@ -166,3 +169,13 @@ def merge_partials(out1, lse1, out2, lse2):
     out = torch.exp(l1 - lse)[..., None] * out1.float() + torch.exp(l2 - lse)[..., None] * out2.float()
     out = out.masked_fill(empty[..., None], 0.0)
     return out.to(out1.dtype), lse.masked_fill(empty, float("-inf"))
+
+
+def sink_attention(q, k, v, sinks, mask=None):
+    # float32 as the contract says; the max over scores and sink by torch.cat, then logsumexp
+    s = (q.float() / math.sqrt(q.shape[-1])) @ k.float().mT
+    if mask is not None:
+        s = torch.where(mask, s, float("-inf"))
+    both = torch.cat([s, sinks.float().view(1, -1, 1, 1).expand(*s.shape[:-1], 1)], dim=-1)
+    w = torch.exp(both - torch.logsumexp(both, dim=-1, keepdim=True))[..., :-1]
+    return (w @ v.float()).to(q.dtype)
