@@ -412,10 +412,13 @@ def diagnose_decay(args, kwargs, got, index, dtype) -> str | None:
     keep = torch.ones(L, L, dtype=torch.bool).tril()
     if ids is not None:
         keep = keep & (ids[:, :, None] == ids[:, None, :])
-    if bool((torch.isnan(got) & ~torch.isnan(ref)).any()):
-        return X["decay_cumsum"]
+    c = g.float().cumsum(-1)  # (B, L), as a float32 student has it
+    diff = torch.exp(c[:, :, None] - c[:, None, :])  # NaN after a closed gate
+    ratio = torch.exp(c)[:, :, None] / torch.exp(c)[:, None, :]  # 0/0 once exp(c) underflows
     ranged = lambda lo, hi: torch.exp(_segsum_range(g, lo, hi)) * keep  # noqa: E731
     return dg.name_mistake(got, [
+        *[(X["decay_cumsum"], lambda d=d: torch.where(keep, d, 0.0).double()) for d in (diff, ratio)],
+        *[(X["decay_cumsum"], lambda d=d: (d * keep).double()) for d in (diff, ratio)],
         (X["decay_range"], lambda: ranged(0, 0)),
         (X["decay_range"], lambda: ranged(0, -1)),
         (X["decay_range"], lambda: ranged(1, -1)),
