@@ -94,7 +94,8 @@ def _topk_by_loops(scores: torch.Tensor, k: int, causal: bool) -> torch.Tensor:
     out = torch.zeros(B, Lq, Lk, dtype=torch.bool)
     for b in range(B):
         for i in range(Lq):
-            seen = [j for j in range(Lk) if (not causal or j <= Lk - Lq + i) and not math.isnan(scores[b, i, j])]
+            seen = [j for j in range(Lk)
+                    if (not causal or j <= Lk - Lq + i) and not math.isnan(scores[b, i, j])]
             for j in sorted(seen, key=lambda j: -float(scores[b, i, j]))[:k]:
                 out[b, i, j] = True
     return out
@@ -156,7 +157,8 @@ def _bd3lm_predicate(L: int, block: int):
 def test_block_diffusion_mask_drives_flex_attention_like_bd3lm_predicate(L, block):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    bm = create_block_mask(_bd3lm_predicate(L, block), None, None, 2 * L, 2 * L, device="cpu", BLOCK_SIZE=block)
+    bm = create_block_mask(_bd3lm_predicate(L, block), None, None, 2 * L, 2 * L, device="cpu",
+                           BLOCK_SIZE=block)
     ours = am.block_diffusion_mask(L, block)
     assert ours.shape == (2 * L, 2 * L) and ours.dtype == torch.bool
     gen = _gen(L)
@@ -213,13 +215,18 @@ def test_decay_mask_gradients_reach_the_gates_and_it_runs_on_meta():
 
 # --------------------------------------------------------------------------- code that does nothing
 
+def _block_diagonal(L, block, *, device=None):
+    return torch.block_diag(*[torch.ones(block, block, dtype=torch.bool)] * (2 * L // block))
+
+
 def _trivial(name):
     """Code that computes nothing the exercise asks for."""
     if name == "sink_attention":
         def plain(q, k, v, sinks, mask=None):
             return am.attention(q, k, v, mask)[0]
 
-        return [lambda q, k, v, sinks, mask=None: torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype), plain,
+        return [lambda q, k, v, sinks, mask=None: torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype),
+                plain,
                 lambda q, k, v, sinks, mask=None: am.attention(q, k, v)[0]]
     if name == "topk_selection_mask":
         def visible(s, k, *, causal=True):
@@ -230,7 +237,7 @@ def _trivial(name):
     if name == "block_diffusion_mask":
         return [lambda L, b, *, device=None: am.causal_mask(2 * L, device=device),
                 lambda L, b, *, device=None: torch.ones(2 * L, 2 * L, dtype=torch.bool, device=device),
-                lambda L, b, *, device=None: torch.block_diag(*[torch.ones(b, b, dtype=torch.bool)] * (2 * L // b))]
+                _block_diagonal]
     return [lambda g, doc_ids=None: am.causal_mask(g.shape[1]).float().expand(g.shape[0], -1, -1),
             lambda g, doc_ids=None: torch.eye(g.shape[1]).expand(g.shape[0], -1, -1),
             lambda g, doc_ids=None: torch.zeros(g.shape[0], g.shape[1], g.shape[1])]

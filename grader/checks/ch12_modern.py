@@ -26,6 +26,7 @@ from . import judges as J
 from . import properties as P
 from .ch2_softmax import with_empty_row
 from .ch8_speed import qkv
+from .modern_inputs import among, big_scores, closed, docs, gates, sinks_of, tied, with_nan
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -93,12 +94,6 @@ def _sink_parts(args, kwargs, wide: torch.dtype = torch.float64):
     return q, k, v, sinks.view(-1, 1, 1), s, full
 
 
-def _softmax_with(logits: torch.Tensor, sink: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
-    """Softmax over [logits, sink] (blocked logits -inf), the sink's column dropped."""
-    both = torch.cat([logits.masked_fill(~full, NINF), sink.expand(*logits.shape[:-1], 1)], dim=-1)
-    return torch.softmax(both, dim=-1)[..., :-1]
-
-
 def diagnose_sink(args, kwargs, got, index, dtype) -> str | None:
     q, k, v, sink, s, full = _sink_parts(args, kwargs)
     empty = ~full.any(dim=-1, keepdim=True)
@@ -138,37 +133,6 @@ def diagnose_sink(args, kwargs, got, index, dtype) -> str | None:
 
 SINK = J.Recipe("sink_attention", am.sink_attention, ("q", "k", "v", "sinks", "mask"),
                 (J.Out("out", "number", "(B, H, Lq, dv)"),), diagnose_sink)
-
-
-def sinks_of(gen, H: int, dtype=F32, scale: float = 1.0) -> torch.Tensor:
-    """(H,) sink logits, float32 (the parameter's dtype in gpt-oss) unless ``dtype``."""
-    return cases.randn(gen, H, scale=scale).to(dtype)
-
-
-def big_scores(gen, B, H, Lq, Lk, d, dv, dtype) -> tuple:
-    """q, k whose scaled scores are all near 1e3, a few units apart (so the weights are far
-    from one-hot), and v of ±1: float16 rounds such a score by up to 0.5 before the scale."""
-    q = torch.zeros(B, H, Lq, d)
-    q[..., 0] = 32 * math.sqrt(d)
-    k = cases.randn(gen, B, H, Lk, d, scale=0.02)
-    k[..., 0] = 31 + cases.randn(gen, B, H, Lk, scale=0.05)
-    v = cases.randn(gen, B, H, Lk, dv).sign()
-    return q.to(dtype), k.to(dtype), v.to(dtype)
-
-
-def among(q, k, v, mask) -> tuple:
-    """(q, k, v, sinks, mask) with each head's sink halfway between the two middle ones of its
-    rows' largest allowed scores: about half the rows give nearly all their weight to the sink,
-    the others to a key (no near tie: the scores lie hundreds apart)."""
-    s = (q.double() @ k.double().mT / math.sqrt(q.shape[-1])).masked_fill(~mask, NINF).amax(-1)  # (B, H, Lq)
-    s = s.transpose(0, 1).flatten(1)  # (H, B·Lq)
-    sinks = []
-    for row in s:
-        top = row[torch.isfinite(row)].sort().values
-        n = len(top)  # >= 2: with_empty_row empties one row of B·Lq >= 6
-        sinks.append((top[n // 2 - 1] + top[n // 2]) / 2)
-    sinks = torch.stack(sinks).float()
-    return q, k, v, sinks, mask
 
 
 @exercise(4, "sink_attention(q, k, v, sinks, mask=None): (B, H, Lq, dv) in q's dtype; weights exp(s_j - m) / "
@@ -260,19 +224,6 @@ def diagnose_topk(args, kwargs, got, index, dtype) -> str | None:
 
 TOPK = J.Recipe("topk_selection_mask", am.topk_selection_mask, ("index_scores", "k"),
                 (J.Out("mask", "mask", "(B, Lq, Lk)"),), diagnose_topk)
-
-
-def tied(gen, B: int, Lq: int, Lk: int, levels: int = 3) -> torch.Tensor:
-    """(B, Lq, Lk) scores from a few levels, so that many keys tie."""
-    return torch.randint(0, levels, (B, Lq, Lk), generator=gen).float()
-
-
-def with_nan(scores: torch.Tensor, gen, p: float = 0.25) -> torch.Tensor:
-    """``scores`` with about a fraction ``p`` of them NaN, the highest-scoring key of row 0 among them."""
-    out = scores.clone()
-    out[torch.rand(out.shape, generator=gen) < p] = float("nan")
-    out[:, 0, 0] = float("nan")
-    return out
 
 
 @exercise(3, "topk_selection_mask(index_scores, k, *, causal=True): bool (B, Lq, Lk); query i at "
@@ -429,31 +380,6 @@ def diagnose_decay(args, kwargs, got, index, dtype) -> str | None:
 
 DECAY = J.Recipe("decay_mask", am.decay_mask, ("log_gates", "doc_ids"),
                  (J.Out("D", "number", "(B, L, L)", dtype=lambda a, k: torch.float32),), diagnose_decay)
-
-
-def gates(gen, B: int, L: int, low: float = 1.0) -> torch.Tensor:
-    """(B, L) float32 log gates in [-low, 0): a_t in (exp(-low), 1]."""
-    return -torch.rand(B, L, generator=gen) * low
-
-
-def docs(gen, B: int, L: int, n: int = 3) -> torch.Tensor:
-    """(B, L) int64 non-decreasing document ids, ``n`` documents per row at random borders."""
-    rows = []
-    for _ in range(B):
-        cuts = torch.randperm(L - 1, generator=gen)[: n - 1].add(1)
-        starts = torch.zeros(L, dtype=torch.long)
-        starts[cuts] = 1
-        rows.append(starts.cumsum(0))
-    return torch.stack(rows)
-
-
-def closed(g: torch.Tensor, gen) -> torch.Tensor:
-    """``g`` with a few gates closed (log a = -inf): the state forgets everything there."""
-    out = g.clone()
-    L = out.shape[-1]
-    for b in range(out.shape[0]):
-        out[b, torch.randperm(L - 1, generator=gen)[:2] + 1] = NINF
-    return out
 
 
 @exercise(3.5, "decay_mask(log_gates, doc_ids=None): float32 (B, L, L), D[b, i, j] = exp(sum of "
