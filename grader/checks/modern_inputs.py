@@ -31,16 +31,17 @@ def big_scores(gen, B, H, Lq, Lk, d, dv, dtype) -> tuple:
 
 
 def among(q, k, v, mask) -> tuple:
-    """(q, k, v, sinks, mask) with each head's sink halfway between the two middle ones of its
-    rows' largest allowed scores: about half the rows give nearly all their weight to the sink,
-    the others to a key (no near tie: the scores lie hundreds apart)."""
+    """(q, k, v, sinks, mask) with each head's sink in the middle of the widest gap between its
+    rows' largest allowed scores: some rows give nearly all their weight to the sink, the others
+    to a key, and no row's largest score lies near the sink (a near tie at scores of 1e4 would
+    make float32's rounding of the scores visible in the output)."""
     s = (q.double() @ k.double().mT / math.sqrt(q.shape[-1])).masked_fill(~mask, NINF).amax(-1)  # (B, H, Lq)
     s = s.transpose(0, 1).flatten(1)  # (H, B·Lq)
     sinks = []
     for row in s:
-        top = row[torch.isfinite(row)].sort().values
-        n = len(top)  # >= 2: with_empty_row empties one row of B·Lq >= 6
-        sinks.append((top[n // 2 - 1] + top[n // 2]) / 2)
+        top = row[torch.isfinite(row)].sort().values  # >= 2 values: one empty row of B·Lq >= 6
+        gap = int((top[1:] - top[:-1]).argmax())
+        sinks.append((top[gap] + top[gap + 1]) / 2)
     sinks = torch.stack(sinks).float()
     return q, k, v, sinks, mask
 
