@@ -270,6 +270,9 @@ def topk_selection_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check
         J.values(R, "one decoding query (Lq = 1); k = 1", [Call((r(B, 1, Lk), k)), Call((r(B, Lq, Lk), 1))]),
         J.values(R, "k >= Lk: every visible, non-NaN key", [Call((with_nan(r(B, Lq, Lk), gen), Lk + 1))],
                  edge=True),
+        J.values(R, "float16 and bfloat16 scores (rounding makes ties)",
+                 [Call((with_nan(r(B, Lq, Lk), gen).to(torch.float16), k)),
+                  Call(((r(B, Lk, Lk) * 4).round().div(4).to(torch.bfloat16), k))]),
         P.on_cuda(R, "matches on CUDA", [Call((with_nan(tied(gen, B, Lq, Lk), gen), k))]),
     ]
 
