@@ -8,7 +8,9 @@ D model width, d head width.
 from .attention import Plan, attention, attention_plan
 from .cache import KVCache, kv_cache_attention
 from .influence import influence_matrix
+from .linear import decay_mask, decay_scan, linear_attention
 from .masks import (
+    block_diffusion_mask,
     broadcast_mask,
     causal_mask,
     chunked_local_mask,
@@ -27,6 +29,7 @@ from .models import ModelConfig, TinyDecoder, TinyEncoderDecoder, train_steps
 from .partials import attention_lse, cascade_attention, merge_all, merge_partials, split_kv_attention
 from .predicates import (
     and_masks,
+    block_diffusion,
     block_mask,
     causal,
     chunked_local,
@@ -48,6 +51,7 @@ from .real_models import (
     packed_position_ids,
 )
 from .ring import ring_attention, ring_step_mask, ring_work, shard_positions, zigzag_ring_mask
+from .selection import selected_blocks, topk_selection_mask
 from .serving import (
     PagedKVCache,
     RollingKVCache,
@@ -62,6 +66,7 @@ from .serving import (
     tree_mask,
     tree_positions,
 )
+from .sinks import sink_attention, sink_weights
 from .softmax import masked_softmax
 from .tiled import tiled_attention, tiled_attention_backward
 
@@ -99,6 +104,12 @@ CONTRACT = (
     "padded_chunked_mask",
     "ring_attention",
     "cascade_attention",
+
+
+    "sink_attention",
+    "topk_selection_mask",
+    "block_diffusion_mask",
+    "decay_mask",
 )
 
 __all__ = [
@@ -117,14 +128,18 @@ __all__ = [
     "attention",
     "attention_lse",
     "attention_plan",
-    "cascade_attention",
+    "block_diffusion",
+    "block_diffusion_mask",
     "block_mask",
     "broadcast_mask",
+    "cascade_attention",
     "causal",
     "causal_mask",
     "chunked_local",
     "chunked_local_mask",
     "combine_masks",
+    "decay_mask",
+    "decay_scan",
     "decoder_logits",
     "decoder_mask",
     "document",
@@ -140,6 +155,7 @@ __all__ = [
     "kind_of",
     "kv_cache_attention",
     "left_padding_position_ids",
+    "linear_attention",
     "masked_softmax",
     "materialize",
     "merge_all",
@@ -158,13 +174,17 @@ __all__ = [
     "ring_work",
     "rolling_cache_mask",
     "rolling_slot_positions",
+    "selected_blocks",
     "shard_positions",
+    "sink_attention",
+    "sink_weights",
     "sliding_window",
     "sliding_window_mask",
     "split_kv_attention",
     "tiled_attention",
     "tiled_attention_backward",
     "to_additive",
+    "topk_selection_mask",
     "train_steps",
     "tree_ancestors",
     "tree_mask",

@@ -21,6 +21,7 @@ import torch
 from . import predicates as P
 
 __all__ = [
+    "block_diffusion_mask",
     "broadcast_mask",
     "causal_mask",
     "chunked_local_mask",
@@ -150,6 +151,19 @@ def _describe(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"{str(x.dtype).replace('torch.', '')} {tuple(x.shape)}"
     return type(x).__name__
+
+
+def block_diffusion_mask(L: int, block: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Block Diffusion's (BD3-LM's) training mask over the concatenation ``[x_noisy (L),
+    x_clean (L)]`` (see :func:`attnmask.predicates.block_diffusion`): bidirectional among the
+    noisy tokens of a block, which also see the clean tokens of strictly earlier blocks;
+    block-causal among the clean tokens. Returns bool ``(2L, 2L)``, True = may attend.
+    Raises ValueError unless ``block`` (>= 1) divides ``L`` (>= 1)."""
+    _check_size("L", L, 1)
+    _check_size("block", block, 1)
+    if L % block:
+        raise ValueError(f"block = {block} does not divide L = {L}: the blocks must tile the sequence")
+    return P.materialize(P.block_diffusion(L, block), 2 * L, 2 * L, device=device)
 
 
 def prefix_lm_mask(

@@ -40,6 +40,7 @@ MaskFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torc
 __all__ = [
     "MaskFn",
     "and_masks",
+    "block_diffusion",
     "block_mask",
     "causal",
     "chunked_local",
@@ -141,6 +142,27 @@ def document(doc_ids: torch.Tensor) -> MaskFn:
     or contiguous."""
     same_doc = lambda b, h, q_idx, kv_idx: doc_ids[b, q_idx] == doc_ids[b, kv_idx]  # noqa: E731
     return _labelled("document", doc_ids=doc_ids)(and_masks(causal(), same_doc))
+
+
+def block_diffusion(L: int, block: int) -> MaskFn:
+    """Block Diffusion's (BD3-LM's) training mask over ``[x_noisy (L), x_clean (L)]``:
+    index ``t < L`` is noisy token t, ``t >= L`` clean token ``t - L``; both belong to block
+    ``(t mod L) // block``. A noisy token sees the noisy tokens of its own block (both ways)
+    and the clean tokens of strictly earlier blocks; a clean token sees the clean tokens of
+    its own and earlier blocks (block-causal); no clean token sees a noisy one."""
+    if block < 1:
+        raise ValueError(f"block must be >= 1; got {block}")
+
+    @_labelled("block_diffusion", L=L, block=block)
+    def mask_fn(b, h, q_idx, kv_idx):
+        q_clean, kv_clean = q_idx >= L, kv_idx >= L
+        q_blk, kv_blk = (q_idx % L) // block, (kv_idx % L) // block
+        own_noisy = ~q_clean & ~kv_clean & (q_blk == kv_blk)
+        earlier_clean = ~q_clean & kv_clean & (kv_blk < q_blk)
+        block_causal = q_clean & kv_clean & (kv_blk <= q_blk)
+        return own_noisy | earlier_clean | block_causal
+
+    return mask_fn
 
 
 def and_masks(*mask_fns: MaskFn) -> MaskFn:

@@ -11,10 +11,11 @@ from grader.checks.ch8_speed import MISTAKES8
 from grader.checks.ch9_real import MISTAKES9
 from grader.checks.ch10_serving import MISTAKES10
 from grader.checks.ch11_parallel import MISTAKES11
+from grader.checks.ch12_modern import MISTAKES12
 from grader.mistakes import MISTAKES
 
-#: Every named mistake: the shared ones and chapters 8, 9, 10 and 11's own.
-NAMED = {**MISTAKES, **MISTAKES8, **MISTAKES9, **MISTAKES10, **MISTAKES11}
+#: Every named mistake: the shared ones and chapters 8 to 12's own.
+NAMED = {**MISTAKES, **MISTAKES8, **MISTAKES9, **MISTAKES10, **MISTAKES11, **MISTAKES12}
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])

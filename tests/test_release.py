@@ -34,6 +34,8 @@ CHAPTERS = {
     "ex10_serving_multimodal": ("image_text_mask", "rolling_cache_mask", "paged_attention", "tree_mask"),
     "ex11_across_devices": ("attention_lse", "merge_partials", "zigzag_ring_mask", "chunked_local_mask",
                             "padded_chunked_mask", "ring_attention", "cascade_attention"),
+    "ex12_modern_architectures": ("sink_attention", "topk_selection_mask", "block_diffusion_mask",
+                                  "decay_mask"),
 }
 CONTRACT = [name for names in CHAPTERS.values() for name in names]
 # Names that would be the answer: no exercise function may use them.

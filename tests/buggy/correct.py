@@ -313,3 +313,56 @@ def cascade_attention(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths)
     real = torch.arange(S, device=q.device) < suffix_lengths[:, None]  # (N, S)
     o2, l2 = attention_lse(q.unsqueeze(2), suffix_k, suffix_v, real[:, None, None, :])
     return merge_partials(o1[0].transpose(0, 1), l1[0].transpose(0, 1), o2[:, :, 0], l2[:, :, 0])
+
+
+
+def sink_attention(q, k, v, sinks, mask=None):
+    # the sink as one more column of logits, softmaxed with the scores, then dropped
+    scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    column = sinks.float()[:, None, None].expand(*scores.shape[:-1], 1)  # (B, H, Lq, 1)
+    probs = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)  # the sink is finite: no NaN
+    return (probs[..., :-1] @ v.float()).to(q.dtype)
+
+
+def topk_selection_mask(index_scores, k, *, causal=True):
+    if k < 1:
+        raise ValueError(f"k must be >= 1; got {k}")
+    _, Lq, Lk = index_scores.shape
+    dev = index_scores.device
+    keep = ~torch.isnan(index_scores)
+    if causal:
+        p = Lk - Lq + torch.arange(Lq, device=dev)[:, None]
+        keep = keep & (torch.arange(Lk, device=dev) <= p)
+    # how many visible keys rank before key j: a higher score, or the same score and a lower index
+    s = index_scores.masked_fill(~keep, 0.0)
+    lower = torch.arange(Lk, device=dev)[None, :] < torch.arange(Lk, device=dev)[:, None]
+    higher = s[..., None, :] > s[..., :, None]
+    same = s[..., None, :] == s[..., :, None]
+    ahead = (keep[..., None, :] & (higher | (same & lower))).sum(-1)
+    return keep & (ahead < k)
+
+
+def block_diffusion_mask(L, block, *, device=None):
+    if block < 1 or L < 1 or L % block:
+        raise ValueError(f"block = {block} must divide L = {L}")
+    nb = L // block
+    blocks = torch.ones(nb, nb, dtype=torch.bool, device=device)
+    none = torch.zeros_like(blocks)
+    top = torch.cat([torch.eye(nb, dtype=torch.bool, device=device), blocks.tril(-1)], dim=1)
+    bottom = torch.cat([none, blocks.tril()], dim=1)
+    grid = torch.cat([top, bottom], dim=0)  # (2nb, 2nb): one cell per pair of blocks
+    return grid.repeat_interleave(block, dim=0).repeat_interleave(block, dim=1)
+
+
+def decay_mask(log_gates, doc_ids=None):
+    # prefix sums in float64, the closed gates (-inf) clamped to a finite -1e4: exp(-1e4) is 0 anyway
+    c = log_gates.double().clamp(min=-1e4).cumsum(-1)  # (B, L)
+    L = c.shape[-1]
+    pos = torch.arange(L, device=c.device)
+    allowed = (pos[None, :] <= pos[:, None]).expand(c.shape[0], L, L)
+    if doc_ids is not None:
+        allowed = allowed & (doc_ids[:, :, None] == doc_ids[:, None, :])
+    diff = (c[:, :, None] - c[:, None, :]).masked_fill(~allowed, float("-inf"))
+    return torch.exp(diff).float()

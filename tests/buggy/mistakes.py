@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import correct as ok
+from . import modern as md
 from . import parallel as pl
 from . import real_models as rm
 from . import serving as sv
@@ -659,4 +660,31 @@ BUGS: list[Bug] = [
     Bug("cascade_attention", pl.cascade_reshaped_queries, "cascade_reshape"),
     Bug("cascade_attention", pl.cascade_per_sequence, "cascade_per_sequence"),
     Bug("cascade_attention", pl.cascade_recompute, "cascade_prefix_copied"),
+
+
+    Bug("sink_attention", md.sink_ignored, "sink_ignored"),
+    Bug("sink_attention", md.sink_in_scores, "sink_ignored"),
+    Bug("sink_attention", md.sink_takes_value, "sink_value"),
+    Bug("sink_attention", md.sink_not_exp, "sink_not_exp"),
+    Bug("sink_attention", md.sink_not_in_max, "sink_max"),
+    Bug("sink_attention", md.sink_nan_patched, "nan_grads"),
+    Bug("sink_attention", md.sink_half, "sink_half"),
+    Bug("sink_attention", md.sink_detached, "no gradient reaches sinks"),
+    Bug("topk_selection_mask", md.sel_top_left, "sel_top_left"),
+    Bug("topk_selection_mask", md.sel_ties_high, "sel_ties"),
+    Bug("topk_selection_mask", md.sel_nan_selected, "sel_nan"),
+    Bug("topk_selection_mask", md.sel_topk_fills, "sel_future"),
+    Bug("topk_selection_mask", md.sel_ignores_causal, "sel_not_causal"),
+    Bug("topk_selection_mask", md.sel_no_check, "must raise ValueError"),
+    Bug("block_diffusion_mask", md.bd_own_clean, "bd_own_clean"),
+    Bug("block_diffusion_mask", md.bd_clean_own_block, "bd_clean_own_block"),
+    Bug("block_diffusion_mask", md.bd_noisy_causal, "bd_noisy_causal"),
+    Bug("block_diffusion_mask", md.bd_clean_sees_noisy, "bd_clean_sees_noisy"),
+    Bug("block_diffusion_mask", md.bd_no_context, "bd_no_context"),
+    Bug("block_diffusion_mask", md.bd_no_check, "must raise ValueError"),
+    Bug("decay_mask", md.decay_cumsum_diff, "decay_cumsum"),
+    Bug("decay_mask", md.decay_cumsum_ratio, "decay_cumsum"),
+    Bug("decay_mask", md.decay_off_by_one, "decay_range"),
+    Bug("decay_mask", md.decay_no_docs, "decay_no_docs"),
+    Bug("decay_mask", md.decay_transposed, "decay_transposed"),
 ]

@@ -12,8 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from .correct import (  # noqa: F401 -- the mask builders are the same
+    block_diffusion_mask,
     causal_mask,
     chunked_local_mask,
+    decay_mask,
     decoder_mask,
     document_mask,
     encoder_decoder_masks,
@@ -25,6 +27,7 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     prefix_lm_mask,
     rolling_cache_mask,
     sliding_window_mask,
+    topk_selection_mask,
     tree_mask,
     zigzag_ring_mask,
 )
@@ -240,3 +243,13 @@ def cascade_attention(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths)
     real = torch.arange(S, device=q.device) < suffix_lengths[:, None]  # (N, S)
     o2, l2 = attention_lse(q[:, :, None], suffix_k, suffix_v, real[:, None, None, :])
     return merge_partials(o1.to(q.dtype), l1.T, o2[:, :, 0], l2[:, :, 0])
+
+
+def sink_attention(q, k, v, sinks, mask=None):
+    # float32 as the contract says; the max over scores and sink by torch.cat, then logsumexp
+    s = (q.float() / math.sqrt(q.shape[-1])) @ k.float().mT
+    if mask is not None:
+        s = torch.where(mask, s, float("-inf"))
+    both = torch.cat([s, sinks.float().view(1, -1, 1, 1).expand(*s.shape[:-1], 1)], dim=-1)
+    w = torch.exp(both - torch.logsumexp(both, dim=-1, keepdim=True))[..., :-1]
+    return (w @ v.float()).to(q.dtype)

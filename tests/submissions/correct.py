@@ -421,3 +421,58 @@ def cascade_attention(q: torch.Tensor, prefix_k: torch.Tensor, prefix_v: torch.T
     real = torch.arange(S, device=q.device) < suffix_lengths.to(q.device)[:, None]  # (N, S)
     own_out, own_lse = attention_lse(q.unsqueeze(2), suffix_k, suffix_v, real[:, None, None, :])
     return merge_partials(shared_out, shared_lse, own_out[:, :, 0], own_lse[:, :, 0])
+
+
+def sink_attention(q, k, v, sinks, mask=None):
+    s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    sink = sinks.float().view(-1, 1)  # (H, 1): broadcasts against (B, H, Lq)
+    m = torch.maximum(s.amax(dim=-1), sink).detach()  # (B, H, Lq): finite, the sink is
+    e = torch.exp(s - m[..., None])  # (B, H, Lq, Lk), 0 where blocked
+    total = torch.exp(sink - m) + e.sum(dim=-1)  # (B, H, Lq)
+    return (e / total[..., None] @ v.float()).to(q.dtype)
+
+
+def topk_selection_mask(index_scores, k, *, causal=True):
+    if k < 1:
+        raise ValueError(f"k = {k}: each query must keep at least one key (k >= 1)")
+    _, Lq, Lk = index_scores.shape
+    dev = index_scores.device
+    visible = ~torch.isnan(index_scores)  # (B, Lq, Lk)
+    if causal:
+        p = (Lk - Lq + torch.arange(Lq, device=dev))[:, None]  # (Lq, 1)
+        visible = visible & (torch.arange(Lk, device=dev) <= p)
+    by_score = torch.sort(index_scores.masked_fill(~visible, float("-inf")), dim=-1, descending=True,
+                          stable=True).indices
+    first = torch.sort(visible.gather(-1, by_score).to(torch.uint8), dim=-1, descending=True,
+                       stable=True).indices
+    order = by_score.gather(-1, first)  # (B, Lq, Lk): key indices, best first
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(Lk, device=dev).expand_as(order))
+    return visible & (rank < k)
+
+
+def block_diffusion_mask(L, block, *, device=None):
+    if block < 1 or L < 1 or L % block:
+        raise ValueError(f"block = {block} must be >= 1 and divide L = {L}")
+    t = torch.arange(2 * L, device=device)
+    clean = t >= L  # (2L,)
+    blk = (t % L) // block  # (2L,)
+    q_clean, kv_clean = clean[:, None], clean[None, :]
+    q_blk, kv_blk = blk[:, None], blk[None, :]
+    own_noisy = ~q_clean & ~kv_clean & (q_blk == kv_blk)
+    earlier_clean = ~q_clean & kv_clean & (kv_blk < q_blk)
+    block_causal = q_clean & kv_clean & (kv_blk <= q_blk)
+    return own_noisy | earlier_clean | block_causal  # (2L, 2L)
+
+
+def decay_mask(log_gates, doc_ids=None):
+    g = log_gates.float()
+    L = g.shape[-1]
+    i = torch.arange(L, device=g.device)
+    terms = g[:, :, None].masked_fill(i[:, None] <= i[None, :], 0.0)  # (B, L, L): [b, t, j]
+    seg = terms.cumsum(dim=1)  # (B, L, L): [b, i, j]
+    keep = i[:, None] >= i[None, :]
+    if doc_ids is not None:
+        keep = keep & (doc_ids[:, :, None] == doc_ids[:, None, :])
+    return torch.exp(seg.masked_fill(~keep, float("-inf")))
