@@ -288,9 +288,10 @@ def judge_call(recipe: Recipe, call: Call, outcome: Outcome, only: Sequence[int]
         if msg:
             return dg.fail(msg, f"inputs: {inputs}")
         # A log-sum-exp is float32 whatever the inputs' dtype, computed in float32: judged as such.
-        problem = compare(out, g, w, torch.float32 if out.kind == "logsumexp" else dtype, inputs, kwargs)
+        judged = torch.float32 if out.kind == "logsumexp" else dtype
+        problem = compare(out, g, w, judged, inputs, kwargs)
         if problem:
-            diagnosis = recipe.diagnosis(call, args, kwargs, g, i, dtype)
+            diagnosis = recipe.diagnosis(call, args, kwargs, g, i, judged)
             message = f"{out.name}: {diagnosis}" if diagnosis else problem[0]
             return dg.fail(message, problem[1])
     return None
