@@ -31,6 +31,7 @@ import torch
 
 from .. import diagnose as dg
 from ..spec import Call, Check, Exercise, FnSpec
+from . import answers as _answers  # noqa: F401 -- registers its judge factory
 from . import judges as J
 from . import merging as _merging  # noqa: F401 -- registers its judge factories
 from . import properties as _properties  # registers its judge factories; NaN reasons

@@ -232,3 +232,30 @@ def chunked_local_mask(Lq, Lk, chunk, *, device=None):
     p = torch.arange(Lk - Lq, Lk, device=device)[:, None]
     j = torch.arange(Lk, device=device)
     return (j <= p) & (j // chunk == p // chunk)
+
+
+def find_leaking_layer(model, x):
+    layers = model.layers
+    for k in range(len(layers)):
+        def prefix(h, k=k):
+            for layer in layers[:k + 1]:
+                h = layer(h)
+            return h
+
+        infl = influence_matrix(prefix, x)  # (L, L)
+        if bool((infl.triu(1) > 1e-3 * infl.max()).any()):
+            return k
+    return None
+
+
+def leaks_across_padding(decoder, tokens, lengths):
+    L = tokens.shape[1]
+    real = torch.arange(L) >= L - lengths[:, None]  # (B, L): left padding, the real tokens last
+    base = decoder(tokens, lengths)
+    V = decoder.vocab_size
+    for _ in range(3):
+        other = (tokens + torch.randint(1, V, tokens.shape)) % V  # every padding token changes
+        out = decoder(torch.where(real, tokens, other), lengths)
+        if not torch.allclose(out[real], base[real], rtol=1e-4, atol=1e-5):
+            return True
+    return False
