@@ -30,6 +30,8 @@ __all__ = [
     "PaddedDecoder",
     "find_leaking_layer",
     "leaks_across_padding",
+    "random_decoder",
+    "random_stack",
     "stack_layer",
 ]
 
@@ -240,3 +242,29 @@ def leaks_across_padding(decoder: Callable[[torch.Tensor, torch.Tensor], torch.T
         if not torch.allclose(out[real], base[real], rtol=PAD_RTOL, atol=PAD_ATOL):
             return True
     return False
+
+
+# --------------------------------------------------------------------------- random instances
+
+def random_stack(kinds: Sequence[str], leak_at: int | None = None, *, L: int = 8, D: int = 8,
+                 seed: int = 0) -> LayerStack:
+    """A :class:`LayerStack` of ``kinds`` with random weights; layer ``leak_at`` (attention or
+    conv) loses its causality."""
+    gen = torch.Generator().manual_seed(seed)
+    w = lambda: torch.randn(D, D, generator=gen) * 0.8 / math.sqrt(D)  # noqa: E731
+    layers = []
+    for k, kind in enumerate(kinds):
+        params = {"w_q": w(), "w_k": w(), "w_v": w(), "w_o": w(), "w_1": w(), "w_2": w(),
+                  "filt": torch.randn(L, D, generator=gen) * 0.4}
+        layers.append(stack_layer(kind, params, causal=k != leak_at))
+    return LayerStack(layers)
+
+
+def random_decoder(styles: Sequence[str], *, V: int = 10, D: int = 8, max_len: int = 32,
+                   seed: int = 0) -> PaddedDecoder:
+    """A :class:`PaddedDecoder` with random weights, one attention layer per entry of ``styles``."""
+    gen = torch.Generator().manual_seed(seed)
+    w = lambda: torch.randn(D, D, generator=gen) / math.sqrt(D)  # noqa: E731
+    layers = [{"w_q": w(), "w_k": w(), "w_v": w(), "w_1": w(), "w_2": w()} for _ in styles]
+    return PaddedDecoder(torch.randn(V, D, generator=gen), torch.randn(max_len, D, generator=gen) * 0.5,
+                         layers, torch.randn(D, V, generator=gen) / math.sqrt(D), styles)
