@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 import attnmask as am
@@ -227,7 +229,8 @@ def find_leaking_layer_checks(seed: int = 0, hidden: bool = True) -> list[Check]
     checks = [leaking_check("a clean model and one leaking at layer 0 (4 layers)", pub[:2], public=True,
                             edge=True),
               leaking_check("leaks at layer 2 (a circular convolution), at the last layer", pub[2:],
-                            public=True, edge=True)]
+                            public=True, edge=True),
+              replace(P.unchanged(LEAKING, "does not modify x", pub[1:2]), public=True)]
     if not hidden:
         return checks
     gen = cases.generator(seed, "find_leaking_layer")
@@ -235,4 +238,7 @@ def find_leaking_layer_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         # 10 models of 3 to 5 layers, 3 of them clean: a blind guess passes once in 2**20 tries or less
         calls = [random_stack(gen, leaky=i >= 3, telling=i in (0, 3)) for i in range(10)]
         checks.append(leaking_check(f"10 random models, 3 clean (set {c + 1})", calls))
+    on_gpu = [Call(c.args, {}, "cuda") for c in (random_stack(gen, False), random_stack(gen, True))]
+    checks.append(Check("a clean and a leaking model, x on CUDA", on_gpu,
+                        A.answers_judge(LEAKING, "index", "the leaking layer"), requires="cuda", kind="edge"))
     return checks

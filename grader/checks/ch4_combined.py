@@ -7,6 +7,8 @@ self-attention mask.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 import attnmask as am
@@ -17,6 +19,7 @@ from ..mistakes import MISTAKES
 from ..spec import Call, Check, FnSpec, exercise
 from . import answers as A
 from . import judges as J
+from . import properties as P
 from .ch3_padding import lengths_mask_checks
 
 M = MISTAKES
@@ -173,22 +176,20 @@ def decoder_set(gen: torch.Generator, n_safe: int, n_noisy: int, n_leaky: int) -
           "change, else False.")
 def leaks_across_padding_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     pub = cases.generator(cases.PUBLIC_SEED, "leaks_across_padding")
+    calls = [decoder_call(pub, ("correct",), True), decoder_call(pub, ("no_padding",), False),
+             decoder_call(pub, ("max_over_all",), False), decoder_call(pub, ("correct", "no_padding"), True)]
     checks = [
-        padding_check("a correct decoder and one with no padding mask", [
-            decoder_call(pub, ("correct",), True), decoder_call(pub, ("no_padding",), False)],
-            public=True, edge=True),
-        padding_check("mask after the softmax; a correct one that subtracts the max over all keys", [
-            decoder_call(pub, ("after_softmax",), False), decoder_call(pub, ("max_over_all",), False)],
-            public=True, edge=True),
-        padding_check("only the second layer leaks; finfo.min masks in both layers", [
-            decoder_call(pub, ("correct", "no_padding"), True),
-            decoder_call(pub, ("finfo_min", "finfo_min"), False)],
-            public=True, edge=True),
+        padding_check("a correct decoder and one with no padding mask", calls[:2], public=True, edge=True),
+        padding_check("correct up to float noise; only the second layer leaks", calls[2:], public=True,
+                      edge=True),
+        replace(P.unchanged(PADDING, "does not modify tokens or lengths", calls[:1]), public=True),
     ]
     if not hidden:
         return checks
     gen = cases.generator(seed, "leaks_across_padding")
-    for c in range(3):
-        # 20 decoders, each answered right by a blind guess half the time: 1 in 2**20 passes all
-        checks.append(padding_check(f"20 decoders, 8 correct (set {c + 1})", decoder_set(gen, 5, 3, 12)))
+    # 24 decoders, each answered right by a blind guess half the time: 1 in 2**24 passes them all
+    checks.append(padding_check("24 decoders, 12 correct", decoder_set(gen, 8, 4, 12)))
+    on_gpu = [Call(c.args, {}, "cuda") for c in decoder_set(gen, 1, 0, 1)]
+    checks.append(Check("a correct and a leaking decoder, on CUDA", on_gpu,
+                        A.answers_judge(PADDING, "bool", "whether it leaks"), requires="cuda", kind="edge"))
     return checks
