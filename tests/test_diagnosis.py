@@ -33,9 +33,8 @@ def future_ratio(f, x) -> float:
     return float(infl.triu(1).max() / infl.max())
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_leaking_layer_is_the_one_built_without_causality(seed, dtype):
+def test_the_leaking_layer_is_the_one_built_without_causality(dtype, seed=5):
     """On every model the grader draws, the reference finds the construction's layer, and the
     margins around the 1e-3 threshold are wide both for prefixes and for single layers."""
     for call in specs_of("find_leaking_layer", seed):
@@ -84,7 +83,7 @@ def am_spec(kind, causal, p):
     return FnSpec("layer_stack", {"layers": [{"kind": kind, "causal": causal, **p}]})
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 5])
 def test_padding_leaks_exactly_for_the_leaking_styles(seed):
     """On every decoder the grader draws, the reference says True exactly when some layer's
     style leaks; the grader's copy equals attnmask's PaddedDecoder."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 import attnmask as am
@@ -229,10 +227,10 @@ def find_leaking_layer_checks(seed: int = 0, hidden: bool = True) -> list[Check]
     checks = [leaking_check("a clean model and one leaking at layer 0 (4 layers)", pub[:2], public=True,
                             edge=True),
               leaking_check("leaks at layer 2 (a circular convolution), at the last layer", pub[2:],
-                            public=True, edge=True),
-              replace(P.unchanged(LEAKING, "does not modify x", pub[1:2]), public=True)]
+                            public=True, edge=True)]
     if not hidden:
         return checks
+    checks.append(P.unchanged(LEAKING, "does not modify x", pub[1:2]))  # run publicly (with_public_rules)
     gen = cases.generator(seed, "find_leaking_layer")
     for c in range(3):
         # 10 models of 3 to 5 layers, 3 of them clean: a blind guess passes once in 2**20 tries or less
