@@ -7,6 +7,7 @@ D model width, d head width.
 
 from .attention import Plan, attention, attention_plan
 from .cache import KVCache, kv_cache_attention
+from .diagnosis import LEAK_TOL, LayerStack, PaddedDecoder, find_leaking_layer, leaks_across_padding
 from .influence import influence_matrix
 from .linear import decay_mask, decay_scan, linear_attention
 from .masks import (
@@ -76,11 +77,13 @@ __version__ = "0.1.0"
 CONTRACT = (
     "causal_mask",
     "influence_matrix",
+    "find_leaking_layer",
     "to_additive",
     "masked_softmax",
     "attention",
     "padding_mask",
     "decoder_mask",
+    "leaks_across_padding",
     "encoder_decoder_masks",
     "multi_head_attention",
     "kv_cache_attention",
@@ -115,8 +118,11 @@ CONTRACT = (
 __all__ = [
     "CONTRACT",
     "KVCache",
+    "LEAK_TOL",
+    "LayerStack",
     "ModelConfig",
     "MultiHeadAttention",
+    "PaddedDecoder",
     "PagedKVCache",
     "Plan",
     "RollingKVCache",
@@ -145,6 +151,7 @@ __all__ = [
     "document",
     "document_mask",
     "encoder_decoder_masks",
+    "find_leaking_layer",
     "gather_blocks",
     "generate_left_padded",
     "gqa_attention",
@@ -154,6 +161,7 @@ __all__ = [
     "key_padding",
     "kind_of",
     "kv_cache_attention",
+    "leaks_across_padding",
     "left_padding_position_ids",
     "linear_attention",
     "masked_softmax",

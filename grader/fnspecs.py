@@ -14,7 +14,17 @@ Kinds:
 * ``"mix"``: a linear token-mixing map ``A x W`` (params ``a`` (L, L), ``w`` (d, d'));
   its influence is ``|A[i, j]| * ||W||_F``;
 * ``"elementwise"``: ``tanh(scale * x) * x``, position by position (params ``scale``);
-  its influence is zero off the diagonal.
+  its influence is zero off the diagonal;
+* ``"layer_stack"``: the ``model`` of ``find_leaking_layer``, an object whose ``layers`` are
+  callables (L, D) -> (L, D) applied in order (params ``layers``: a list of dicts with
+  ``kind`` "attention" / "conv" / "mlp", ``causal`` and the layer's tensors);
+* ``"padded_decoder"``: the ``decoder`` of ``leaks_across_padding``,
+  ``decoder(tokens (B, L), lengths (B,)) -> (B, L, V)`` over left-padded batches, with
+  ``vocab_size`` (params ``emb``, ``pos``, ``head``, ``layers`` and one mask ``styles`` entry per
+  layer).
+
+The last two mirror :mod:`attnmask.diagnosis` line for line: the worker must not import the
+course's package (it holds the references), so the grader keeps its own copy.
 """
 
 from __future__ import annotations
@@ -58,17 +68,126 @@ def _elementwise(scale) -> Callable[[torch.Tensor], torch.Tensor]:
     return f
 
 
-KINDS: dict[str, Callable[..., Callable[[torch.Tensor], torch.Tensor]]] = {
+def _stack_attention(p, causal: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    def layer(x: torch.Tensor) -> torch.Tensor:  # (L, D) -> (L, D), residual
+        q, k, v = x @ p["w_q"].to(x), x @ p["w_k"].to(x), x @ p["w_v"].to(x)
+        s = q @ k.T / math.sqrt(x.shape[-1])  # (L, L)
+        if causal:
+            keep = torch.ones(s.shape, dtype=torch.bool, device=x.device).tril()
+            s = s.masked_fill(~keep, float("-inf"))
+        return x + torch.softmax(s, dim=-1) @ v @ p["w_o"].to(x)
+
+    return layer
+
+
+def _stack_conv(p, causal: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    def layer(x: torch.Tensor) -> torch.Tensor:  # (L, D) -> (L, D): FFT long convolution, residual
+        L = x.shape[0]
+        n = 2 * L if causal else L  # without the zero-padding the convolution wraps around
+        h = p["filt"][:L].to(x)
+        y = torch.fft.irfft(torch.fft.rfft(x, n=n, dim=0) * torch.fft.rfft(h, n=n, dim=0), n=n, dim=0)
+        return x + y[:L]
+
+    return layer
+
+
+def _stack_mlp(p) -> Callable[[torch.Tensor], torch.Tensor]:
+    def layer(x: torch.Tensor) -> torch.Tensor:  # position by position
+        return x + torch.tanh(x @ p["w_1"].to(x)) @ p["w_2"].to(x)
+
+    return layer
+
+
+class _Stack:
+    """``layers``: callables (L, D) -> (L, D); calling the stack applies them in order."""
+
+    def __init__(self, layers):
+        self.layers = list(layers)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+
+def _layer_stack(layers) -> _Stack:
+    built = []
+    for p in layers:
+        causal = bool(p.get("causal", True))
+        kind = p["kind"]
+        built.append(_stack_attention(p, causal) if kind == "attention" else
+                     _stack_conv(p, causal) if kind == "conv" else _stack_mlp(p))
+    return _Stack(built)
+
+
+def _decoder_weights(s: torch.Tensor, lengths: torch.Tensor, style: str) -> torch.Tensor:
+    """Attention weights (B, L, L) from scores (B, L, L) of a left-padded batch, masked by ``style``."""
+    L = s.shape[-1]
+    pos = torch.arange(L, device=s.device)
+    causal = torch.ones(L, L, dtype=torch.bool, device=s.device).tril()  # (L, L)
+    real = (pos >= L - lengths[:, None])[:, None, :]  # (B, 1, L): real keys
+    keep = causal & real
+    if style == "correct":
+        return torch.nan_to_num(torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1), nan=0.0)
+    if style == "finfo_min":
+        return torch.softmax(s.masked_fill(~keep, torch.finfo(s.dtype).min), dim=-1)
+    if style == "max_over_all":
+        e = torch.exp(s - s.amax(dim=-1, keepdim=True)) * keep
+        total = e.sum(dim=-1, keepdim=True)
+        return e / torch.where(total > 0, total, torch.ones_like(total))
+    if style == "no_padding":
+        return torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1)
+    if style == "after_softmax":
+        return torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1) * keep
+    if style == "wrong_sign":
+        return torch.softmax(s.masked_fill(~causal, float("-inf")) + 1e4 * (~real).to(s.dtype), dim=-1)
+    right = (pos < lengths[:, None])[:, None, :]  # "wrong_side": a right-padding mask
+    return torch.nan_to_num(torch.softmax(s.masked_fill(~(causal & right), float("-inf")), dim=-1), nan=0.0)
+
+
+class _PaddedDecoder:
+    """``decoder(tokens (B, L), lengths (B,)) -> (B, L, V)`` over a left-padded batch."""
+
+    def __init__(self, p):
+        self._p = p
+        self.vocab_size = int(p["emb"].shape[0])
+
+    def __call__(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        p = self._p
+        L = tokens.shape[1]
+        x = p["emb"].to(tokens.device)[tokens] + p["pos"][:L].to(tokens.device)  # (B, L, D)
+        for w, style in zip(p["layers"], p["styles"]):
+            s = (x @ w["w_q"].to(x)) @ (x @ w["w_k"].to(x)).transpose(-2, -1) / math.sqrt(x.shape[-1])
+            x = x + _decoder_weights(s, lengths.to(tokens.device), style) @ (x @ w["w_v"].to(x))
+            x = x + torch.tanh(x @ w["w_1"].to(x)) @ w["w_2"].to(x)
+        return x @ p["head"].to(x)
+
+
+KINDS: dict[str, Callable[..., Callable[..., torch.Tensor]]] = {
     "attention": lambda p: _attention(p["w_q"], p["w_k"], p["w_v"], bool(p.get("causal", True))),
     "mix": lambda p: _mix(p["a"], p["w"]),
     "elementwise": lambda p: _elementwise(float(p.get("scale", 1.0))),
+    "layer_stack": lambda p: _layer_stack(p["layers"]),
+    "padded_decoder": lambda p: _PaddedDecoder(p),
 }
+
+
+def _moved(v, device):
+    if isinstance(v, torch.Tensor):
+        return v.detach().clone().to(device)
+    if isinstance(v, list | tuple):
+        return type(v)(_moved(x, device) for x in v)
+    if isinstance(v, dict):
+        return {k: _moved(x, device) for k, x in v.items()}
+    return v
 
 
 def build(spec: FnSpec, device: str | torch.device = "cpu") -> Callable[[torch.Tensor], torch.Tensor]:
     """The callable described by ``spec``, with its tensors on ``device``."""
     if spec.kind not in KINDS:
         raise ValueError(f"unknown function kind {spec.kind!r}; expected one of {sorted(KINDS)}")
-    params = {k: v.detach().clone().to(device) if isinstance(v, torch.Tensor) else v
-              for k, v in spec.params.items()}
+    params = {k: _moved(v, device) for k, v in spec.params.items()}
     return KINDS[spec.kind](params)

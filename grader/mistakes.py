@@ -130,4 +130,25 @@ MISTAKES: dict[str, str] = {
                     "weight. Block every key j >= lengths[b] before the softmax.",
     "in_place": "an input was changed in place (an operation ending in _, or x[...] = ...). Inputs must stay "
                 "unchanged: use out-of-place operations (masked_fill, not masked_fill_) or work on a copy.",
+    # find_leaking_layer (1.3)
+    "leak_layer_after": "the answer is one layer too late: if layers[:k + 1] is the first prefix that "
+                        "leaks, the leaking layer is k (layers count from 0), not the prefix's length.",
+    "leak_whole_model": "only the whole model was measured: its output tells that the model leaks, not "
+                        "where. Measure each prefix layers[:k + 1] (or each layer on its own input) in turn.",
+    "leak_zero_threshold": "float noise was taken for a leak: an FFT convolution is causal, but its "
+                           "influence above the diagonal is about 1e-7 of the largest, not 0. Compare with "
+                           "1e-3 x the largest entry, not with 0.",
+    "leak_lower_triangle": "the search looks below the diagonal (j < i: the past, which every layer may "
+                           "read); the future of query i is the keys j > i, above the diagonal.",
+    # leaks_across_padding (4.2)
+    "pad_all_positions": "the padded positions were compared too: their outputs change with their own token "
+                         "in every decoder, correct or not. Compare only the real positions (the last "
+                         "lengths[b] of each row).",
+    "pad_right_side": "the padding was taken to be on the right: this batch is left-padded, its real tokens "
+                      "are the LAST lengths[b] of each row (positions >= L - lengths[b]).",
+    "pad_first_row": "only the first sequence was tested: a leak shows only in rows that have padding, and "
+                     "the first row may have none. Refill the padding of every row.",
+    "pad_exact": "float noise was taken for a leak: a correct decoder may reorder its arithmetic (e.g. "
+                 "subtract a maximum that includes padded scores) and move real outputs by about 1e-7. "
+                 "Compare with torch.allclose(rtol=1e-4, atol=1e-5), not torch.equal.",
 }

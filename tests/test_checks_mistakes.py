@@ -24,8 +24,10 @@ def test_mistake_fails_with_its_diagnosis(bug):
     failed = failures(verdicts)
     assert failed, f"{bug.id} passes every check"
     # A float mask is a wrong mask in every check that reads it, the dtype check included; an
-    # unreshaped padding table raises or is wrong in every case with B > 1.
-    everything_fails = (bug.exercise == "influence_matrix" or bug.id == "causal_mask-causal_float"
+    # unreshaped padding table raises or is wrong in every case with B > 1; every check of a
+    # diagnosis exercise holds models of every answer, so a mistaken search is caught by each.
+    everything_fails = (bug.exercise in ("influence_matrix", "find_leaking_layer", "leaks_across_padding")
+                        or bug.id == "causal_mask-causal_float"
                         or bug.fn.__name__.startswith("decoder_unreshaped"))
     assert len(failed) < len(verdicts) or everything_fails, "only the broken property fails"
     text = NAMED.get(bug.says, bug.says)

@@ -22,10 +22,10 @@ EXERCISES = ROOT / "exercises"
 
 # The exercise contract: chapter notebook -> its graded functions, in order.
 CHAPTERS = {
-    "ex01_leakage": ("causal_mask", "influence_matrix"),
+    "ex01_leakage": ("causal_mask", "influence_matrix", "find_leaking_layer"),
     "ex02_softmax": ("to_additive", "masked_softmax", "attention"),
     "ex03_padding": ("padding_mask",),
-    "ex04_combining": ("decoder_mask",),
+    "ex04_combining": ("decoder_mask", "leaks_across_padding"),
     "ex05_cross_attention": ("encoder_decoder_masks", "multi_head_attention"),
     "ex06_kv_cache": ("kv_cache_attention",),
     "ex07_beyond_triangle": ("sliding_window_mask", "prefix_lm_mask", "document_mask"),

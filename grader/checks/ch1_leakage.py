@@ -10,6 +10,7 @@ from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, FnSpec, exercise
+from . import answers as A
 from . import judges as J
 from . import properties as P
 
@@ -130,3 +131,117 @@ def influence_matrix_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         P.unchanged(R, "does not modify x", [Call((attention_fn(gen, d, True), x()))]),
         P.on_cuda(R, "matches on CUDA", [Call((attention_fn(gen, d, True), x()))]),
     ]
+
+
+# --------------------------------------------------------------------------- find_leaking_layer
+
+#: The kinds of layer a hidden model is made of; only the first two can leak.
+LAYER_KINDS = ("attention", "conv", "mlp")
+
+
+def stack_layer_spec(gen: torch.Generator, kind: str, L: int, D: int, causal: bool) -> dict:
+    """One layer of a ``layer_stack`` map (:mod:`grader.fnspecs`), its weights drawn from ``gen``."""
+    w = lambda: cases.randn(gen, D, D, scale=0.8 / D**0.5)  # noqa: E731
+    if kind == "attention":
+        return {"kind": kind, "causal": causal, "w_q": w(), "w_k": w(), "w_v": w(), "w_o": w()}
+    if kind == "conv":
+        return {"kind": kind, "causal": causal, "filt": cases.randn(gen, L, D, scale=0.4)}
+    return {"kind": kind, "causal": True, "w_1": w(), "w_2": w()}
+
+
+def stack_spec(gen: torch.Generator, L: int, D: int, kinds: list[str], leak_at: int | None) -> FnSpec:
+    """A ``layer_stack`` model whose layer ``leak_at`` (attention or conv) lost its causality."""
+    return FnSpec("layer_stack", {"layers": [stack_layer_spec(gen, kind, L, D, k != leak_at)
+                                             for k, kind in enumerate(kinds)]})
+
+
+def random_stack(gen: torch.Generator, leaky: bool, *, telling: bool = False) -> Call:
+    """One call of find_leaking_layer: a model of 3 to 5 layers (at least one FFT convolution,
+    whose float noise a zero threshold takes for a leak), leaking at a random layer or not at all.
+
+    ``telling``: a model on which the classic mistakes all answer differently (5 layers, layer 0
+    an attention, the first convolution after the leak, leaking at layer 1 or clean), placed first
+    in its check so that the first wrong answer names the right mistake."""
+    L, D = cases.integer(gen, 4, 6), cases.integer(gen, 3, 5)
+    if telling:
+        kinds = ["attention", LAYER_KINDS[cases.integer(gen, 0, 2) if not leaky else 0], "mlp", "conv",
+                 LAYER_KINDS[cases.integer(gen, 0, 2)]]
+        return Call((stack_spec(gen, L, D, kinds, 1 if leaky else None), cases.randn(gen, L, D)))
+    depth = cases.integer(gen, 3, 5)
+    kinds = [LAYER_KINDS[cases.integer(gen, 0, 2)] for _ in range(depth)]
+    kinds[cases.integer(gen, 0, depth - 1)] = "conv"
+    leak_at = None
+    if leaky:
+        leak_at = cases.integer(gen, 0, depth - 1)
+        if kinds[leak_at] == "mlp":
+            kinds[leak_at] = LAYER_KINDS[cases.integer(gen, 0, 1)]
+    return Call((stack_spec(gen, L, D, kinds, leak_at), cases.randn(gen, L, D)))
+
+
+def first_leak(model, x: torch.Tensor, rule) -> int | None:
+    """The first k for which ``rule(influence of layers[:k + 1])`` holds: the mistakes' searches."""
+    for k in range(len(model.layers)):
+        if rule(am.influence_matrix(am.LayerStack(model.layers[:k + 1]), x)):
+            return k
+    return None
+
+
+def leak_answer(k: int | None) -> torch.Tensor:
+    return torch.tensor(-1 if k is None else k)
+
+
+def diagnose_leaking_layer(args, kwargs, got, index, dtype) -> str | None:
+    model, x = args
+    ref = am.find_leaking_layer(model, x)
+    n = len(model.layers)
+    tol = am.LEAK_TOL
+    return dg.name_mistake(got, [
+        (M["leak_layer_after"], lambda: leak_answer(None if ref is None else ref + 1)),
+        (M["leak_whole_model"], lambda: leak_answer(None if ref is None else n - 1)),
+        (M["leak_zero_threshold"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) > 0).any())))),
+        (M["leak_lower_triangle"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.tril(-1) > tol * i.max()).any())))),
+    ], dtype)
+
+
+LEAKING = J.Recipe("find_leaking_layer", lambda model, x: leak_answer(am.find_leaking_layer(model, x)),
+                   ("model", "x"), (J.Out("answer", "answer", "()"),), diagnose_leaking_layer, kept=(1,))
+
+
+def leaking_check(name: str, calls: list[Call], *, public: bool = False, edge: bool = False) -> Check:
+    return Check(name, calls, A.answers_judge(LEAKING, "index", "the leaking layer"), public=public,
+                 kind="edge" if edge else "value")
+
+
+def public_stacks() -> list[Call]:
+    """Four fixed models of 4 layers: clean, leaking at layer 0, at layer 2 (a convolution), at the last."""
+    gen = cases.generator(cases.PUBLIC_SEED, "find_leaking_layer")
+    kinds = ["attention", "conv", "mlp", "attention"]
+    return [Call((stack_spec(gen, 5, 4, k, leak), cases.randn(gen, 5, 4)))
+            for k, leak in ((kinds, None), (kinds, 0), (["attention", "mlp", "conv", "attention"], 2),
+                            (kinds, 3))]
+
+
+@exercise(3.5, "find_leaking_layer(model, x): the index of the first layer of model.layers at which the "
+          "output starts to depend on a later position (measured with influence_matrix, an entry above the "
+          "diagonal > 1e-3 x the largest), or None.")
+def find_leaking_layer_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    pub = public_stacks()
+    # public: guessable alone (a few answers), so they count as edge cases
+    checks = [leaking_check("a clean model and one leaking at layer 0 (4 layers)", pub[:2], public=True,
+                            edge=True),
+              leaking_check("leaks at layer 2 (a circular convolution), at the last layer", pub[2:],
+                            public=True, edge=True)]
+    if not hidden:
+        return checks
+    checks.append(P.unchanged(LEAKING, "does not modify x", pub[1:2]))  # run publicly (with_public_rules)
+    gen = cases.generator(seed, "find_leaking_layer")
+    for c in range(3):
+        # 10 models of 3 to 5 layers, 3 of them clean: a blind guess passes once in 2**20 tries or less
+        calls = [random_stack(gen, leaky=i >= 3, telling=i in (0, 3)) for i in range(10)]
+        checks.append(leaking_check(f"10 random models, 3 clean (set {c + 1})", calls))
+    on_gpu = [Call(c.args, {}, "cuda") for c in (random_stack(gen, False), random_stack(gen, True))]
+    checks.append(Check("a clean and a leaking model, x on CUDA", on_gpu,
+                        A.answers_judge(LEAKING, "index", "the leaking layer"), requires="cuda", kind="edge"))
+    return checks

@@ -11,10 +11,13 @@ import torch
 
 import attnmask as am
 
+from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
-from ..spec import Call, Check, exercise
+from ..spec import Call, Check, FnSpec, exercise
+from . import answers as A
 from . import judges as J
+from . import properties as P
 from .ch3_padding import lengths_mask_checks
 
 M = MISTAKES
@@ -70,3 +73,121 @@ def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         return checks
     one_token = J.values(R, "one token (max_len = 1)", [Call((torch.tensor([1, 0, 1]), 1))], edge=True)
     return checks + lengths_mask_checks(R, seed, (2, 4), (3, 10), (one_token,))
+
+
+# --------------------------------------------------------------------------- leaks_across_padding
+
+#: Mask styles of the hidden decoders (:mod:`grader.fnspecs`, ``padded_decoder``), per layer.
+SAFE = (("correct",), ("finfo_min",), ("correct", "finfo_min"))
+NOISY = (("max_over_all",), ("correct", "max_over_all"))  # correct, up to float noise
+LEAKY = (("no_padding",), ("after_softmax",), ("wrong_sign",), ("wrong_side",), ("correct", "no_padding"),
+         ("finfo_min", "after_softmax"))
+
+
+def decoder_spec(gen: torch.Generator, styles: tuple[str, ...], V: int, D: int, L: int) -> FnSpec:
+    """A ``padded_decoder`` whose attention layers mask as ``styles`` say."""
+    w = lambda: cases.randn(gen, D, D, scale=1.0 / D**0.5)  # noqa: E731
+    layers = [{"w_q": w(), "w_k": w(), "w_v": w(), "w_1": w(), "w_2": w()} for _ in styles]
+    return FnSpec("padded_decoder", {"emb": cases.randn(gen, V, D), "pos": cases.randn(gen, L, D, scale=0.5),
+                                     "head": cases.randn(gen, D, V, scale=1.0 / D**0.5), "layers": layers,
+                                     "styles": list(styles)})
+
+
+def padded_batch(gen: torch.Generator, V: int, full_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """tokens (B, L) and lengths (B,) of a left-padded batch: every row has a real token, some row
+    has padding; row 0 is full when ``full_first``, padded otherwise."""
+    B, L = cases.integer(gen, 2, 4), cases.integer(gen, 5, 8)
+    lengths = torch.randint(1, L + 1, (B,), generator=gen)
+    lengths[0] = L if full_first else cases.integer(gen, 1, L - 1)
+    lengths[-1] = cases.integer(gen, 1, L - 1)
+    return torch.randint(0, V, (B, L), generator=gen), lengths
+
+
+def decoder_call(gen: torch.Generator, styles: tuple[str, ...], full_first: bool) -> Call:
+    V, D = cases.integer(gen, 6, 12), cases.integer(gen, 4, 8)
+    tokens, lengths = padded_batch(gen, V, full_first)
+    return Call((decoder_spec(gen, styles, V, D, tokens.shape[1]), tokens, lengths))
+
+
+def refill_search(decoder, tokens, lengths, refill, compare, trials: int = 3) -> bool:
+    """The mistakes' tests: True when ``compare(out, base, real)`` finds a change after the
+    positions ``refill`` (bool (B, L)) get other tokens."""
+    base = decoder(tokens, lengths)
+    real = am.diagnosis.left_real(lengths, tokens.shape[1])
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(trials):
+        V = decoder.vocab_size
+        other = (tokens + torch.randint(1, V, tokens.shape, generator=gen)) % V
+        out = decoder(torch.where(refill(real), other, tokens), lengths)
+        if compare(out, base, real):
+            return True
+    return False
+
+
+def diagnose_padding(args, kwargs, got, index, dtype) -> str | None:
+    decoder, tokens, lengths = args
+    L = tokens.shape[1]
+    close = lambda a, b: torch.allclose(a, b, rtol=am.diagnosis.PAD_RTOL, atol=am.diagnosis.PAD_ATOL)  # noqa: E731
+    right_pad = torch.arange(L) >= lengths[:, None]  # what a right-padding reading calls padding
+
+    def first_row(out, base, real):
+        return not close(out[0][real[0]], base[0][real[0]])
+
+    return dg.name_mistake(got, [
+        (M["pad_exact"], lambda: torch.tensor(int(refill_search(
+            decoder, tokens, lengths, lambda r: ~r, lambda o, b, r: not torch.equal(o[r], b[r]))))),
+        (M["pad_all_positions"], lambda: torch.tensor(int(refill_search(
+            decoder, tokens, lengths, lambda r: ~r, lambda o, b, r: not close(o, b))))),
+        (M["pad_first_row"], lambda: torch.tensor(int(refill_search(
+            decoder, tokens, lengths, lambda r: ~r, first_row)))),
+        (M["pad_right_side"], lambda: torch.tensor(int(refill_search(
+            decoder, tokens, lengths, lambda r: right_pad,
+            lambda o, b, r: not close(o[~right_pad], b[~right_pad]))))),
+    ], dtype)
+
+
+def padding_answer(decoder, tokens, lengths) -> torch.Tensor:
+    return torch.tensor(int(am.leaks_across_padding(decoder, tokens, lengths)))
+
+
+PADDING = J.Recipe("leaks_across_padding", padding_answer,
+                   ("decoder", "tokens", "lengths"), (J.Out("answer", "answer", "()"),), diagnose_padding)
+
+
+def padding_check(name: str, calls: list[Call], *, public: bool = False, edge: bool = False) -> Check:
+    return Check(name, calls, A.answers_judge(PADDING, "bool", "whether it leaks"), public=public,
+                 kind="edge" if edge else "value")
+
+
+def decoder_set(gen: torch.Generator, n_safe: int, n_noisy: int, n_leaky: int) -> list[Call]:
+    """Correct decoders first, then the noisy correct ones, then leaking ones (those whose first
+    row has padding before those whose first row is full): the first wrong answer of each classic
+    mistake is then one that only it gives."""
+    pick = lambda styles: styles[cases.integer(gen, 0, len(styles) - 1)]  # noqa: E731
+    return ([decoder_call(gen, pick(SAFE), cases.integer(gen, 0, 1) == 1) for _ in range(n_safe)]
+            + [decoder_call(gen, pick(NOISY), cases.integer(gen, 0, 1) == 1) for _ in range(n_noisy)]
+            + [decoder_call(gen, pick(LEAKY), i >= n_leaky // 2) for i in range(n_leaky)])
+
+
+@exercise(3.0, "leaks_across_padding(decoder, tokens, lengths): True when an output of decoder at a real "
+          "position of the left-padded batch changes (beyond rtol 1e-4, atol 1e-5) as the padding tokens "
+          "change, else False.")
+def leaks_across_padding_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
+    pub = cases.generator(cases.PUBLIC_SEED, "leaks_across_padding")
+    calls = [decoder_call(pub, ("correct",), True), decoder_call(pub, ("no_padding",), False),
+             decoder_call(pub, ("max_over_all",), False), decoder_call(pub, ("correct", "no_padding"), True)]
+    checks = [
+        padding_check("a correct decoder and one with no padding mask", calls[:2], public=True, edge=True),
+        padding_check("correct up to float noise; only the second layer leaks", calls[2:], public=True,
+                      edge=True),
+    ]
+    if not hidden:
+        return checks
+    checks.append(P.unchanged(PADDING, "does not modify tokens or lengths", calls[:1]))  # run publicly
+    gen = cases.generator(seed, "leaks_across_padding")
+    # 24 decoders, each answered right by a blind guess half the time: 1 in 2**24 passes them all
+    checks.append(padding_check("24 decoders, 12 correct", decoder_set(gen, 8, 4, 12)))
+    on_gpu = [Call(c.args, {}, "cuda") for c in decoder_set(gen, 1, 0, 1)]
+    checks.append(Check("a correct and a leaking decoder, on CUDA", on_gpu,
+                        A.answers_judge(PADDING, "bool", "whether it leaks"), requires="cuda", kind="edge"))
+    return checks

@@ -31,6 +31,7 @@ import torch
 
 from .. import diagnose as dg
 from ..spec import Call, Check, Exercise, FnSpec
+from . import answers as _answers  # noqa: F401 -- registers its judge factory
 from . import judges as J
 from . import merging as _merging  # noqa: F401 -- registers its judge factories
 from . import properties as _properties  # registers its judge factories; NaN reasons
@@ -234,7 +235,8 @@ def _flatten(x: Any, parts: list[torch.Tensor], at: list[int]) -> Any:
     """``x`` with every tensor replaced by where its bytes sit in one buffer (``parts``): a file
     of one storage loads in a millisecond, one of a few hundred small tensors in a tenth of a second."""
     if isinstance(x, torch.Tensor):
-        raw = x.contiguous().view(torch.uint8).flatten() if x.numel() else torch.zeros(0, dtype=torch.uint8)
+        # reshape first: a 0-d tensor (an answer) cannot be viewed as bytes of another size
+        raw = x.contiguous().reshape(-1).view(torch.uint8) if x.numel() else torch.zeros(0, dtype=torch.uint8)
         start = at[0]
         pad = -raw.numel() % 8  # every tensor starts 8-aligned, so that it can be viewed as its dtype
         parts += [raw, torch.zeros(pad, dtype=torch.uint8)]

@@ -95,6 +95,8 @@ def to_plain(x: Any) -> tuple[Any, Any]:
         return t, dev
     if isinstance(x, torch.Tensor):
         return NotATensor(f"tensor subclass {type(x).__name__}"), None
+    if x is None or type(x) in (bool, int):  # an answer (an index, yes or no): plain data as it is
+        return x, None
     if isinstance(x, tuple | list):
         pairs = [to_plain(v) for v in x]
         return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)

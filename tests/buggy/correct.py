@@ -366,3 +366,30 @@ def decay_mask(log_gates, doc_ids=None):
         allowed = allowed & (doc_ids[:, :, None] == doc_ids[:, None, :])
     diff = (c[:, :, None] - c[:, None, :]).masked_fill(~allowed, float("-inf"))
     return torch.exp(diff).float()
+
+
+def find_leaking_layer(model, x):
+    layers = model.layers
+    for k in range(len(layers)):
+        def prefix(h, k=k):
+            for layer in layers[:k + 1]:
+                h = layer(h)
+            return h
+
+        infl = influence_matrix(prefix, x)  # (L, L)
+        if bool((infl.triu(1) > 1e-3 * infl.max()).any()):
+            return k
+    return None
+
+
+def leaks_across_padding(decoder, tokens, lengths):
+    L = tokens.shape[1]
+    real = torch.arange(L) >= L - lengths[:, None]  # (B, L): left padding, the real tokens last
+    base = decoder(tokens, lengths)
+    V = decoder.vocab_size
+    for _ in range(3):
+        other = (tokens + torch.randint(1, V, tokens.shape)) % V  # every padding token changes
+        out = decoder(torch.where(real, tokens, other), lengths)
+        if not torch.allclose(out[real], base[real], rtol=1e-4, atol=1e-5):
+            return True
+    return False

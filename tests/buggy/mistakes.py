@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import correct as ok
+from . import diagnosis as dx
 from . import modern as md
 from . import parallel as pl
 from . import real_models as rm
@@ -493,6 +494,10 @@ BUGS: list[Bug] = [
     Bug("influence_matrix", influence_in_place_grad, ".grad was set"),
     Bug("influence_matrix", influence_l1, "the L1 norm"),
     Bug("influence_matrix", influence_flags_input, ".requires_grad was changed"),
+    Bug("find_leaking_layer", dx.leak_layer_after, "leak_layer_after"),
+    Bug("find_leaking_layer", dx.leak_whole_model, "leak_whole_model"),
+    Bug("find_leaking_layer", dx.leak_zero_threshold, "leak_zero_threshold"),
+    Bug("find_leaking_layer", dx.leak_lower_triangle, "leak_lower_triangle"),
     Bug("to_additive", additive_zero_times_inf, "zero_times_inf"),
     Bug("to_additive", additive_inverted, "inverted"),
     Bug("to_additive", additive_not_negative, "not negative enough"),
@@ -536,6 +541,10 @@ BUGS: list[Bug] = [
     Bug("decoder_mask", decoder_unreshaped, "unreshaped_padding"),
     Bug("decoder_mask", decoder_unreshaped_b_not_l, "shapes_clash"),
     Bug("decoder_mask", decoder_no_padding, "no_padding"),
+    Bug("leaks_across_padding", dx.pad_all_positions, "pad_all_positions"),
+    Bug("leaks_across_padding", dx.pad_right_side, "pad_right_side"),
+    Bug("leaks_across_padding", dx.pad_first_row, "pad_first_row"),
+    Bug("leaks_across_padding", dx.pad_exact, "pad_exact"),
     Bug("encoder_decoder_masks", enc_dec_causal_cross, "cross_causal"),
     Bug("encoder_decoder_masks", enc_dec_causal_encoder, "enc_causal"),
     Bug("encoder_decoder_masks", enc_dec_wrong_broadcast, "queries_padded"),

@@ -253,3 +253,27 @@ def sink_attention(q, k, v, sinks, mask=None):
     both = torch.cat([s, sinks.float().view(1, -1, 1, 1).expand(*s.shape[:-1], 1)], dim=-1)
     w = torch.exp(both - torch.logsumexp(both, dim=-1, keepdim=True))[..., :-1]
     return (w @ v.float()).to(q.dtype)
+
+
+def find_leaking_layer(model, x):
+    """Each layer measured alone, on the input it receives in the model: the first one whose
+    own influence reaches the future is the leaking layer (the same layer as the prefixes')."""
+    h = x.detach()
+    for k, layer in enumerate(model.layers):
+        infl = influence_matrix(layer, h)  # (L, L)
+        if bool((torch.triu(infl, diagonal=1) > 1e-3 * infl.max()).any()):
+            return k
+        h = layer(h).detach()
+    return None
+
+
+def leaks_across_padding(decoder, tokens, lengths):
+    """Every padding token replaced by its successor modulo V, then by a random other id."""
+    L, V = tokens.shape[1], decoder.vocab_size
+    pad = torch.arange(L, device=tokens.device)[None, :] < (L - lengths)[:, None]  # (B, L)
+    before = decoder(tokens, lengths)
+    for shift in ((tokens + 1) % V, (tokens + torch.randint(1, V, tokens.shape, device=tokens.device)) % V):
+        after = decoder(torch.where(pad, shift, tokens), lengths)
+        if not torch.isclose(after[~pad], before[~pad], rtol=1e-4, atol=1e-5).all():
+            return True
+    return False

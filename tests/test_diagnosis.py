@@ -1,0 +1,107 @@
+"""attnmask.diagnosis: the leaking layer and the padding test, against their construction.
+
+The oracle is how each model was built (which layer lost its causality, which mask style a
+decoder uses); the margins hold for the models the grader draws, so that neither answer
+depends on float noise.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnmask as am
+from attnmask import diagnosis as dx
+from grader.checks import EXERCISES
+from grader.checks.judges import cpu_args
+from grader.fnspecs import build
+
+
+def specs_of(name: str, seed: int):
+    for check in EXERCISES[name].make_checks(seed, hidden=True):
+        yield from check.calls
+
+
+def leak_at_of(spec) -> int | None:
+    """The construction's answer: the index of the layer built without causality."""
+    causal = [layer["causal"] for layer in spec.params["layers"]]
+    return causal.index(False) if False in causal else None
+
+
+def future_ratio(f, x) -> float:
+    infl = am.influence_matrix(f, x)
+    return float(infl.triu(1).max() / infl.max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_leaking_layer_is_the_one_built_without_causality(dtype, seed=5):
+    """On every model the grader draws, the reference finds the construction's layer, and the
+    margins around the 1e-3 threshold are wide both for prefixes and for single layers."""
+    for call in specs_of("find_leaking_layer", seed):
+        spec, x = call.args
+        model, x = build(spec), x.to(dtype)
+        want = leak_at_of(spec)
+        assert am.find_leaking_layer(model, x) == want
+        h = x
+        for k, layer in enumerate(model.layers):
+            prefix = am.LayerStack(model.layers[:k + 1])
+            for ratio in (future_ratio(prefix, x), future_ratio(layer, h)):
+                if want is None or k < want:
+                    assert ratio < 1e-5, (k, ratio)  # zero, or float noise
+                elif k == want:
+                    assert ratio > 1e-2, (k, ratio)  # a real leak
+            h = layer(h)
+
+
+def test_fft_convolution_is_causal_up_to_float_noise():
+    """What makes a zero threshold wrong: the causal convolution's future entries are tiny, not 0."""
+    stack = dx.random_stack(["conv"], seed=3)
+    x = torch.randn(8, 8)
+    ratio = future_ratio(stack, x)
+    assert 0 < ratio < 1e-5
+    assert am.find_leaking_layer(stack, x) is None
+    assert am.find_leaking_layer(dx.random_stack(["conv"], leak_at=0, seed=3), x) == 0
+
+
+def test_fnspec_layer_stack_mirrors_attnmask():
+    """The grader's sandbox-side copy computes what attnmask's layers compute."""
+    gen = torch.Generator().manual_seed(0)
+    D, L = 4, 6
+    for kind in ("attention", "conv", "mlp"):
+        for causal in (True, False):
+            p = {k: torch.randn(D, D, generator=gen) for k in ("w_q", "w_k", "w_v", "w_o", "w_1", "w_2")}
+            p["filt"] = torch.randn(L, D, generator=gen)
+            x = torch.randn(L, D, generator=gen)
+            ours = dx.stack_layer(kind, p, causal)(x)
+            theirs = build(am_spec(kind, causal, p))(x)
+            torch.testing.assert_close(theirs, ours)
+
+
+def am_spec(kind, causal, p):
+    from grader.spec import FnSpec
+
+    return FnSpec("layer_stack", {"layers": [{"kind": kind, "causal": causal, **p}]})
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_padding_leaks_exactly_for_the_leaking_styles(seed):
+    """On every decoder the grader draws, the reference says True exactly when some layer's
+    style leaks; the grader's copy equals attnmask's PaddedDecoder."""
+    for call in specs_of("leaks_across_padding", seed):
+        spec, tokens, lengths = call.args
+        decoder = build(spec)
+        p = spec.params
+        mirror = dx.PaddedDecoder(p["emb"], p["pos"], p["layers"], p["head"], p["styles"])
+        torch.testing.assert_close(decoder(tokens, lengths), mirror(tokens, lengths))
+        leaky = any(s not in dx.SAFE_STYLES for s in p["styles"])
+        assert am.leaks_across_padding(decoder, tokens, lengths) is leaky, p["styles"]
+        args, _ = cpu_args(call)  # the trusted side judges in float64: the same answer
+        assert am.leaks_across_padding(*args) is leaky
+
+
+def test_no_padding_no_leak_and_the_real_positions_are_the_last():
+    decoder = dx.random_decoder(["no_padding"])
+    tokens = torch.randint(0, 10, (3, 6))
+    assert not am.leaks_across_padding(decoder, tokens, torch.tensor([6, 6, 6]))
+    assert am.leaks_across_padding(decoder, tokens, torch.tensor([6, 2, 6]))
+    assert dx.left_real(torch.tensor([2, 0]), 4).tolist() == [[False, False, True, True]] + [[False] * 4]
