@@ -283,6 +283,17 @@ def test_forbidden_apis_are_reported_and_score_zero():
     assert "line 14 of forbidden.py" in " ".join(report.exercise("padding_mask").notes)  # via a helper
 
 
+def test_the_original_of_a_forbidden_function_is_nowhere_in_the_worker():
+    """Issue 38: the real multi_head_attention_forward, kept in grader.sandbox.worker._HELD to be
+    restored, was reachable through sys.modules and ran with need_weights=True on plain
+    operators: 3.5/5. The worker now drops the originals; the submission searches sys.modules'
+    saved lists, closures, generators' frames, gc.get_objects (frozen ones too) and
+    gc.get_referrers, and finds nothing to call."""
+    report = engine.grade(SUBMISSIONS / "held_original.py", exercises=["multi_head_attention"])
+    e = report.exercise("multi_head_attention")
+    assert e.score == 0, (e.status, e.message)
+
+
 # --------------------------------------------------------------------------- the channel
 
 
