@@ -35,7 +35,7 @@ import torch
 from .. import fnspecs, fused, rules  # noqa: F401 -- fnspecs, fused: imported before the course is hidden
 from ..spec import Call, Outcome
 from ..submission import Cell, pick, run_cells
-from . import channel, deferred, jobwire, namespaces
+from . import channel, deferred, jobwire, namespaces, syscalls
 from .execute import execute_limited, reseed
 from .limits import CALL_SEED, NOT_RUN, TIME_LIMIT
 
@@ -201,6 +201,7 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
 def prepare() -> None:
     """What every worker does before its job arrives (the zygote does it once for all)."""
     deferred.install()
+    syscalls.prepare()  # the seccomp filter, built once here, loaded by every worker
     # The parent is still building the checks: use the time (and keep it off the exercises' clocks).
     _warm_up_meta()
     # The forbidden torch APIs and fused kernels, blocked for the life of every worker forked
