@@ -222,3 +222,64 @@ STARTED = hop()
     while hoppers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not hoppers(), "a process of the submission outlived its grading"
+
+
+# Issue 38: kernel attack surface and shared state that a worker could reach (x86_64 and aarch64 numbers).
+KERNEL = r'''
+import ctypes, fcntl, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {"x86_64": {"userfaultfd": 323, "perf_event_open": 298},
+      "aarch64": {"userfaultfd": 282, "perf_event_open": 241}}[os.uname().machine]
+def tried(name, ok):
+    print("ATTACK", name, "worked" if ok else "refused", flush=True)
+def attacks():
+    tried("userfaultfd", libc.syscall(NR["userfaultfd"], 1) >= 0)  # UFFD_USER_MODE_ONLY
+    attr = ctypes.create_string_buffer(struct.pack("<IIQ", 1, 112, 0).ljust(112, b"\0"))  # SW_CPU_CLOCK
+    tried("perf_event_open", libc.syscall(NR["perf_event_open"], attr, 0, -1, -1, 0) >= 0)
+    user = libc.unshare(0x10000000) == 0  # CLONE_NEWUSER
+    tried("unshare_user", user)
+    tried("unshare_mount", libc.unshare(0x20000) == 0)  # CLONE_NEWNS
+    tried("mount_tmpfs", libc.mount(b"tmpfs", b"/run/work", b"tmpfs", 0, b"size=1g") == 0)
+    try:
+        fd = os.memfd_create("held")
+        os.ftruncate(fd, 64 * 2**20)
+        tried("memfd", True)
+    except OSError:
+        tried("memfd", False)
+    try:
+        os.openpty()
+        tried("pty", True)
+    except OSError:
+        tried("pty", False)
+    print("PTS", sorted(os.listdir("/dev/pts")) if os.path.isdir("/dev/pts") else None, flush=True)
+    fd = os.open(sys.executable, os.O_RDONLY)  # a read-only file every worker sees
+    for name, lock in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                       ("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))):
+        try:
+            lock()
+            tried(name, True)
+        except OSError:
+            tried(name, False)
+_ = attacks()
+'''
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="system call numbers")
+def test_kernel_attack_surface_and_shared_locks_are_refused(tmp_path):
+    """Issue 38: userfaultfd, perf_event_open, a user namespace and in it a tmpfs of any size, memfds
+    that no limit counts, a pty every worker sees (2.5/2.5 for no code between two students graded
+    at once), flock on a file every worker sees: all worked in the worker; the allowlist refuses them."""
+    report = _grade_cells(tmp_path, "kernel", KERNEL)
+    said = dict(line.split()[1:3] for line in report.output.splitlines() if line.startswith("ATTACK "))
+    assert set(said) == {"userfaultfd", "perf_event_open", "unshare_user", "unshare_mount", "mount_tmpfs",
+                         "memfd", "pty", "flock", "lockf"}, report.output
+    assert set(said.values()) == {"refused"}, said
+    assert "PTS []" in report.output, report.output
+    assert report.exercise("causal_mask").score > 0  # and the code after them still runs and is graded
+
+
+def test_the_allowlist_leaves_out_what_is_never_allowed():
+    from grader.sandbox import syscalls
+
+    assert not syscalls.ALLOWED & syscalls.NEVER
+    assert {"read", "write", "mmap", "futex", "clone", "exit_group"} <= syscalls.ALLOWED
