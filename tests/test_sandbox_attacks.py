@@ -283,3 +283,36 @@ def test_the_allowlist_leaves_out_what_is_never_allowed():
 
     assert not syscalls.ALLOWED & syscalls.NEVER
     assert {"read", "write", "mmap", "futex", "clone", "exit_group"} <= syscalls.ALLOWED
+
+
+PROCESSES = r'''
+import os, time
+def spawn(n):
+    made = 0
+    for _ in range(n):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        made += 1
+    return made
+_ = print("FORKED", spawn(400), flush=True)
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user, RLIMIT_NPROC binds the worker's processes")
+def test_a_worker_of_root_cannot_start_hundreds_of_processes(tmp_path):
+    """Issue 38: a worker's host uid is root, whom RLIMIT_NPROC does not bind: 1600 processes ran at
+    once. A cgroup per worker (pids.max) bounds them, where the machine gives one; the report's
+    isolation block says which limits held."""
+    from grader.sandbox import cgroups
+
+    report = _grade_cells(tmp_path, "forker", PROCESSES)
+    limits = report.isolation["measured"]["limits"]
+    forked = int(report.output.split("FORKED ", 1)[1].split()[0])
+    if limits.startswith("none"):
+        pytest.skip(f"no cgroup on this machine: {limits}")
+    assert forked < cgroups.PIDS, (forked, limits)

@@ -51,6 +51,18 @@ def children(pid: int) -> list[int]:
     return [p for p in pids() if stat_fields(p)[1:2] == [str(pid)]]
 
 
+def namespace_pids(pid: int) -> list[int]:
+    """``NSpid`` of ``pid``: its pid in each pid namespace it is in, the host's first ([] if gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return [int(n) for n in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
 def session_members(sid: int) -> list[int]:
     """Processes in session ``sid`` (a sandbox's), e.g. children it left behind."""
     return [pid for pid in pids() if stat_fields(pid)[3:4] == [str(sid)]]
