@@ -138,17 +138,18 @@ def test_segfault_is_a_crash_of_that_exercise_only(hostile):
 @pytest.mark.slow
 def test_sys_exit_and_keyboard_interrupt_fail_their_checks(hostile):
     _, results, tests = hostile
+    # Graded with a seed: what the code raised is not named (issue 38: its type could say the case).
     assert results["extra_data"]["status"]["padding_mask"] == FAILED
-    assert "SystemExit" in tests["padding_mask"]["output"]
+    assert "raised an exception" in tests["padding_mask"]["output"]
     assert results["extra_data"]["status"]["decoder_mask"] == FAILED
-    assert "KeyboardInterrupt" in tests["decoder_mask"]["output"]
+    assert "raised an exception" in tests["decoder_mask"]["output"]
 
 
 @pytest.mark.slow
 def test_memory_hog_is_stopped(hostile):
     _, results, tests = hostile
     assert tests["encoder_decoder_masks"]["score"] == 0
-    assert "MemoryError" in tests["encoder_decoder_masks"]["output"]
+    assert "raised an exception" in tests["encoder_decoder_masks"]["output"]  # a MemoryError, not named
 
 
 @pytest.mark.slow

@@ -9,17 +9,17 @@ attacks used, the filter lists what grading needs, and the kernel refuses the re
 
 :data:`ALLOWED` was measured: ``strace -f -c`` of ``python -m grader`` on
 ``tests/submissions/correct.py``, ``mistakes.py`` and ``hostile.py`` (the grader, bwrap, the
-zygote and the workers: every call torch, the checks and Python made), less what only bwrap
-and the zygote's setup need (``mount``, ``pivot_root``, ``unshare``, ``keyctl``), plus the
-members of the same families that the C library or Python pick on another path or machine
-(``readv`` beside ``read``, ``statx`` beside ``newfstatat``, ``exit_group``, the ``timer*``
-calls, ...). Everything else fails with ENOSYS, as on a kernel without it (C libraries then
-fall back: glibc's threads from ``clone3`` to ``clone``), except the calls of :data:`ERRORS`,
-which answer as before this filter (keyrings EPERM, ``fallocate`` EOPNOTSUPP). Two allowed
-calls are allowed only in part: ``clone`` without any namespace flag (a thread or a process,
-never a user namespace), and ``fcntl`` without locks or leases (:data:`FCNTL`). A call from
-another architecture's entry point (32-bit ``int 0x80``, x32), whose numbers differ, fails
-with ENOSYS too.
+zygote and the workers: every call torch, the checks and Python made), less what only bwrap and
+the zygote's setup need (``mount``, ``pivot_root``, ``unshare``, ``keyctl``), plus the members
+of the same families that the C library or Python pick on another path or machine (``readv``
+beside ``read``, ``statx`` beside ``newfstatat``, ``exit_group``, the ``timer*`` calls, ...),
+and System V and POSIX IPC (the worker's IPC namespace is its own). Everything else fails with
+ENOSYS, as on a kernel without it (C libraries then fall back: glibc's threads from ``clone3``
+to ``clone``), except the calls of :data:`ERRORS`, which answer as before this filter (keyrings
+EPERM, ``fallocate`` EOPNOTSUPP, file handles EPERM). Two allowed calls are allowed only in
+part: ``clone`` without any namespace flag (a thread or a process, never a user namespace), and
+``fcntl`` without locks or leases (:data:`FCNTL`). A call from another architecture's entry
+point (32-bit ``int 0x80``, x32), whose numbers differ, fails with ENOSYS too.
 
 The filter is built with libseccomp (``pyseccomp``, which wraps the system's libseccomp2)
 rather than by hand: it knows every architecture's numbers and compiles the argument tests.
@@ -56,11 +56,13 @@ sendmmsg accept rt_sigsuspend rt_sigtimedwait rt_sigpending pause tkill waitid f
 utimensat utime utimes futimesat getdents timer_create timer_settime timer_gettime timer_getoverrun
 timer_delete timerfd_create timerfd_settime timerfd_gettime getitimer alarm copy_file_range sendfile
 execveat get_robust_list openat2
+shmget shmat shmdt shmctl semget semop semtimedop semctl msgget msgsnd msgrcv msgctl mq_open mq_unlink
+mq_timedsend mq_timedreceive mq_getsetattr
 """.split())
 ALLOWED = MEASURED | FAMILIES
 #: Calls refused with an answer of their own, not ENOSYS.
 ERRORS = {"add_key": errno.EPERM, "request_key": errno.EPERM, "keyctl": errno.EPERM,
-          "fallocate": errno.EOPNOTSUPP}
+          "fallocate": errno.EOPNOTSUPP, "name_to_handle_at": errno.EPERM, "open_by_handle_at": errno.EPERM}
 #: Never allowed, whatever is measured later: a test checks none is in ALLOWED.
 NEVER = frozenset("""
 userfaultfd perf_event_open unshare setns mount umount2 pivot_root move_mount open_tree fsopen fsmount
