@@ -319,3 +319,24 @@ def test_a_worker_of_root_cannot_start_hundreds_of_processes(tmp_path):
     if limits.startswith("none"):
         pytest.skip(f"no cgroup on this machine: {limits}")
     assert forked < cgroups.PIDS, (forked, limits)
+
+
+def test_a_workers_cgroup_counts_memfd_pages_and_processes(tmp_path):
+    """The cgroup a worker is moved into counts what RLIMIT_AS and the RSS watch miss: here a
+    process that holds 200 MiB in a memfd (issue 38: 1300 MiB under --memory 256) is stopped at a
+    64 MiB bound. Tested on the cgroup itself, outside the sandbox (whose allowlist refuses memfds)."""
+    from grader.sandbox import cgroups
+
+    group, how = cgroups.Cgroup.make(f"grader-test-{os.getpid()}", 64 * 2**20, pids=8)
+    if group is None:
+        pytest.skip(f"no cgroup on this machine: {how}")
+    hog = ("import os, sys\nsys.stdin.read(1)\nfd = os.memfd_create('held')\n"
+           "for _ in range(200):\n    os.write(fd, b'x' * 2**20)\nprint('HELD', flush=True)\n")
+    try:
+        p = subprocess.Popen([sys.executable, "-c", hog], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        group.add(p.pid)
+        out, _ = p.communicate("go", timeout=120)
+        assert "HELD" not in out and p.returncode != 0, (out, p.returncode, how)
+    finally:
+        group.remove()
