@@ -88,6 +88,7 @@ class Cgroup:
             if fstype != "cgroup2" or "" not in own:
                 continue
             folder = Path(point + own[""].rstrip("/")) / name
+            sweep(folder.parent)
             try:
                 folder.mkdir()
             except OSError as e:
@@ -116,6 +117,7 @@ class Cgroup:
         made = []
         try:
             for folder in v1.values():
+                sweep(folder.parent)
                 folder.mkdir()
                 made.append(folder)
             if memory_bytes:
@@ -157,6 +159,26 @@ class Cgroup:
             time.sleep(0.01)
         for folder in self.folders:
             _remove(folder)
+
+
+PREFIX = "grader-worker-"
+
+
+def sweep(parent: Path) -> None:
+    """Remove the empty worker cgroups under ``parent`` that a grading which has ended left
+    (one whose worker took longer to end than :meth:`Cgroup.remove` waited, or a grading that
+    was killed). Those of a grading still running are its own to remove: left alone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        owner = name[len(PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and (int(owner) == os.getpid() or not os.path.exists(f"/proc/{owner}")):
+            try:
+                (parent / name).rmdir()  # refused while a process is in it
+            except OSError:
+                pass
 
 
 def _remove(folder: Path) -> None:

@@ -101,7 +101,7 @@ class Worker:
 
     def _limit(self, memory_bytes: int | None) -> None:
         """Move the worker (it waits for its job: no student code has run) into a cgroup of its own."""
-        self.cgroup, self.limited = cgroups.Cgroup.make(f"grader-worker-{os.getpid()}-{self.token}",
+        self.cgroup, self.limited = cgroups.Cgroup.make(f"{cgroups.PREFIX}{os.getpid()}-{self.token}",
                                                         memory_bytes)
         if self.cgroup is None:
             return
