@@ -42,8 +42,8 @@ def mixes_devices(error: str) -> bool:
 _KNOWN_TYPES = {name for name, obj in vars(builtins).items()
                 if isinstance(obj, type) and issubclass(obj, BaseException)} | {
     "ForbiddenAPIError", "GraderError", "OutOfMemoryError", "ExerciseTimeout", "CellTimeout"}
-HIDDEN_NOTE = ("its message is not shown where hidden cases run: check(...) in the notebook and "
-               "--public-only show it in full")
+HIDDEN_NOTE = ("its type and message are not shown where hidden cases run: check(...) in the notebook and "
+               "--public-only show them in full")
 
 
 def error_type(error: str) -> str:
@@ -61,10 +61,10 @@ def quoted(error: str) -> str:
 
 
 def cut(error: str) -> str:
-    """:func:`quoted` as a hidden check shows it: the exception's type only (:func:`error_type`).
-    Nothing the student's code wrote (the message, an excerpt of it, its digits spelled as
-    words) may carry a hidden case's inputs out to the student."""
-    return f"{error_type(error)} ({HIDDEN_NOTE})"
+    """:func:`quoted` as a hidden check shows it: that it raised, nothing more. Nothing the
+    student's code chose (the message, an excerpt of it, its digits spelled as words, the
+    exception's type picked per case) may carry a hidden case's inputs out to the student."""
+    return f"an exception ({HIDDEN_NOTE})"
 
 
 def explain_error(error: str) -> str:

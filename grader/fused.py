@@ -98,6 +98,54 @@ def blocked(refuse: Callable[[str], BaseException]) -> Iterator[list[str]]:
         lib._destroy()
 
 
+#: The libraries of refusing kernels registered for good (:func:`block_for_good`): a library
+#: that is collected takes its kernels with it. They hold the refusals only, no original.
+_KEPT: list = []
+
+
+def block_for_good(refuse: Callable[[str], BaseException]) -> list[str]:
+    """:func:`blocked` for the rest of the process, keeping nothing to restore: no original
+    (a higher-order operator's ``__call__``) stays reachable, from a saved list, a generator's
+    frame or ``gc.get_referrers``. For the sandbox's worker, which never needs them back."""
+    lib = torch.library.Library("aten", "IMPL")
+    _KEPT.append(lib)
+
+    def refusing(name: str):
+        def refused(*args, **kwargs):
+            raise refuse(name)
+
+        return refused
+
+    names = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for qualified in fused_operators():
+            op = qualified.split("::", 1)[1]
+            for key in _KEYS:
+                if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key):
+                    lib.impl(op, refusing(qualified), key)
+                    names.append(qualified)
+    for cls in _hops():
+        cls.__call__ = refusing(cls.__name__)
+        names.append(cls.__name__)
+    return sorted(set(names))
+
+
+def refuse_subclasses_for_good(base: type, refuse: Callable[[], BaseException]) -> list[type]:
+    """:func:`subclasses_blocked` for the rest of the process, keeping no original function."""
+
+    def refused(*args, **kwargs):
+        raise refuse()
+
+    classes = _all_subclasses(base)
+    for cls in classes:
+        for name, value in list(vars(cls).items()):
+            code = callable(value) or isinstance(value, classmethod | staticmethod)
+            if code and name not in _MACHINERY and not isinstance(value, type):
+                setattr(cls, name, refused)
+    return classes
+
+
 #: Attributes of a class that are the class machinery, not what its instances compute.
 _MACHINERY = ("__new__", "__init_subclass__", "__subclasshook__", "__class_getitem__")
 

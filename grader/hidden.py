@@ -2,7 +2,8 @@
 
 A hidden check's cases are drawn from the instructor's seed; a student who resubmits
 learns whatever its feedback says. So a failing hidden check shows the kind of
-mistake only (its diagnosis, or "wrong cells", "wrong values", the exception's type),
+mistake only (its diagnosis, or "wrong cells", "wrong values", or that the code raised:
+never which exception, which student code chooses and could choose per case),
 and which public check fails the same way, where one does: never an input, a shape,
 a size, a dtype or an expected value. Rather than trust each judge to leave those
 out, :func:`words` masks every number and dtype name in a hidden check's message
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import HIDDEN_NOTE, error_type
+from .errors import HIDDEN_NOTE
 from .mistakes import MISTAKES
 
 #: What stands for a masked value.
@@ -63,14 +64,14 @@ def load_note(error: str, statements: set[str], budget: float) -> str | None:
     hidden cases shows it: where (only a top-level statement the parent itself read: one of
     ``statements``, "line N of FILE") and the exception's type, or that it ran past the
     statement's ``budget``; None when the worker's text names no such statement (code that
-    loads can also reach the hidden job and write its own)."""
+    loads can also reach the hidden job and write its own). Not the exception's type: the
+    statement may choose it from the hidden job it can reach."""
     m = _LOAD_ERROR.match(str(error))
     if m is None or m.group(1) not in statements:
         return None
     if m.group(2) != "raised":
         return f"{m.group(1)} ran longer than {budget:g} s and was stopped"
-    said = str(error)[m.end():]
-    return f"{m.group(1)} raised {error_type(said)} ({HIDDEN_NOTE})"
+    return f"{m.group(1)} raised an exception ({HIDDEN_NOTE})"
 
 
 def stopped(reason: str) -> str:

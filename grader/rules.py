@@ -330,6 +330,26 @@ def forbid_torch_apis() -> Iterator[None]:
             setattr(module, attr, original)
 
 
+def forbid_torch_apis_for_good() -> None:
+    """:func:`forbid_torch_apis` for the rest of the process, keeping no original: the real
+    ``multi_head_attention_forward`` and the others are dropped, not saved to be restored, so
+    student code finds them by no path (``sys.modules``, a saved list, a closure, a generator's
+    frame, ``gc.get_referrers``). For the sandbox's worker, which never needs them back."""
+    import torch
+
+    from . import fused
+
+    real_mha = torch.nn.modules.activation.MultiheadAttention
+    for module_name, attr, shown in _TORCH_CALLABLES:
+        module = sys.modules.get(module_name)
+        original = getattr(module, attr, None) if module is not None else None
+        if original is not None:
+            setattr(module, attr, (_forbidden_class if isinstance(original, type) else _forbidden_function)(
+                original, shown))
+    fused.block_for_good(lambda name: ForbiddenAPIError(message(FUSED_KERNEL)))
+    fused.refuse_subclasses_for_good(real_mha, lambda: ForbiddenAPIError(message(ATTENTION_MODULE)))
+
+
 def forbidden_globals(fn) -> list[tuple[dict, str, str]]:
     """``(namespace, name, what)`` for every global a live function reaches that is
     forbidden: attnmask modules and functions, directly or through helper functions

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from . import hidden, rules
-from .errors import cut, error_type, is_stub_error, quoted
+from .errors import cut, is_stub_error, quoted
 from .results import CheckResult
 from .sandbox.limits import NOT_RUN, TIME_LIMIT, ChannelError
 from .spec import NotATensor, Verdict
@@ -42,18 +42,33 @@ def judge(check, outcomes: Any, findings: list[rules.Finding] = (), *, timeout: 
     """
     shown = check.public and not hidden_run
     verdict = _judge(check, outcomes, findings, timeout=timeout if shown else None, quoted=shown)
-    kinds = [error_type(o.error) for o in outcomes if o.error and not o.error.startswith(TIME_LIMIT)] \
-        if isinstance(outcomes, list) else []
     if check.public and public_errors is not None:
-        for kind in kinds:
-            public_errors.setdefault(kind, check.name)
         if not verdict.passed and not verdict.skipped:
             public_errors.setdefault(_SAID + hidden.words(verdict.message), check.name)
     if shown or verdict.passed or verdict.skipped:
         return verdict
+    if isinstance(outcomes, list) and any(_forbidden(o.error) for o in outcomes):
+        return Verdict(False, FORBIDDEN, PUBLIC_CASE if check.public else RAISED_CASE)
+    if isinstance(outcomes, list) and any(_raised(o.error) for o in outcomes):
+        # What student code raised is its own choice (a type per case: bits of the case per
+        # check): the grader says that it raised, in fixed words, and nothing about what.
+        return Verdict(False, RAISED, PUBLIC_CASE if check.public else RAISED_CASE)
     if check.public:
         return Verdict(False, hidden.words(verdict.message), PUBLIC_CASE)
-    return _as_hidden(verdict, kinds, public_errors or {})
+    return _as_hidden(verdict, public_errors or {})
+
+
+def _forbidden(error: str | None) -> bool:
+    """Whether an outcome's error is the rule's (student code may raise the same words: which
+    forbidden name it says is not shown where hidden cases run)."""
+    return bool(error) and error.startswith("ForbiddenAPIError: ") and \
+        rules.is_rule_message(error.split(": ", 1)[1])
+
+
+def _raised(error: str | None) -> bool:
+    """Whether an outcome's error is an exception of the submission's (not a time limit, which
+    the grader's own words name)."""
+    return bool(error) and not error.startswith(TIME_LIMIT)
 
 
 #: How ``public_errors`` keys a public check's masked message (apart from exception types).
@@ -63,23 +78,28 @@ PUBLIC_CASE = ("run check(...) in the notebook (or grade with --public-only) to 
                "and what your code did with it")
 
 
-def _as_hidden(verdict, kinds: list[str], public_errors: dict[str, str]):
-    """A failing hidden check's verdict as the student sees it: its message with every value
-    masked, and, instead of the case (inputs, grids, expected values), the public check that
-    fails the same way, where one does."""
+def _as_hidden(verdict, public_errors: dict[str, str]):
+    """A failing hidden check's verdict as the student sees it (no exception raised: see
+    :func:`judge`): its message with every value masked, and, instead of the case (inputs,
+    grids, expected values), the public check that fails the same way, where one does."""
     message = hidden.words(verdict.message)
     same = public_errors.get(_SAID + message)
     if same is not None:
         detail = (f"the public check \"{same}\" fails the same way: run check(...) in the notebook to see "
                   "its case")
-    elif kinds and kinds[0] in public_errors:
-        detail = (f"the public check \"{public_errors[kinds[0]]}\" raises it too: run check(...) in the "
-                  "notebook to see its message")
     else:
         detail = HIDDEN_CASE
     return Verdict(False, message, detail)
 
 
+#: What a check says, where hidden cases run, when the submission raised on it: the same words
+#: whatever it raised (no type, no message, no line), and the notebook as the place to see it.
+RAISED = "your code raised an exception on this check"
+FORBIDDEN = (f"something your code called {rules.RULE}; the notes name it where the grader finds it in your "
+             "code, and check(...) in the notebook names it")
+RAISED_CASE = ("a hidden case: where hidden cases run, feedback names neither the exception's type nor its "
+               "message; run the public checks with check(...) in the notebook, or try a case of your own "
+               "like this one")
 #: What a failing hidden check that no public check reproduces says instead of its case.
 HIDDEN_CASE = ("a hidden case: its inputs, sizes and expected values are not shown; no public check fails "
                "this way, so try a case of your own like it in the notebook")
@@ -123,7 +143,7 @@ def _judge(check, outcomes: Any, findings, *, timeout: float | None, quoted: boo
 
 
 def _cut_student_text(verdict, outcomes) -> None:
-    """On a hidden check, the student's own exceptions appear only by type
+    """On a hidden check, the student's own exceptions appear only as "an exception"
     (:func:`grader.errors.cut`): no text student code wrote may carry a hidden case's
     inputs out to the student. Feedback quotes an error only through
     :func:`grader.errors.quoted`, so replacing that quote is enough; the grader's own
@@ -150,12 +170,12 @@ def _plain_name(x: Any) -> Any:
 
 def _without_student_text(o):
     """An outcome of a hidden check, as judges may quote it: the names of the submission's own
-    classes made generic, a failed backward pass reduced to the exception's type, and no line
+    classes made generic, a failed backward pass reduced to "an exception", and no line
     number (the line that raises can be chosen to say a number). The error itself stays for the
     diagnosis, and :func:`_cut_student_text` cuts its quote."""
     grads = o.grads
     if isinstance(grads, dict) and isinstance(grads.get("error"), str):
-        grads = {"error": error_type(grads["error"])}
+        grads = {"error": cut(grads["error"])}
     return dataclasses.replace(o, output=_plain_name(o.output), grads=grads, where=None)
 
 

@@ -138,17 +138,18 @@ def test_segfault_is_a_crash_of_that_exercise_only(hostile):
 @pytest.mark.slow
 def test_sys_exit_and_keyboard_interrupt_fail_their_checks(hostile):
     _, results, tests = hostile
+    # Graded with a seed: what the code raised is not named (issue 38: its type could say the case).
     assert results["extra_data"]["status"]["padding_mask"] == FAILED
-    assert "SystemExit" in tests["padding_mask"]["output"]
+    assert "raised an exception" in tests["padding_mask"]["output"]
     assert results["extra_data"]["status"]["decoder_mask"] == FAILED
-    assert "KeyboardInterrupt" in tests["decoder_mask"]["output"]
+    assert "raised an exception" in tests["decoder_mask"]["output"]
 
 
 @pytest.mark.slow
 def test_memory_hog_is_stopped(hostile):
     _, results, tests = hostile
     assert tests["encoder_decoder_masks"]["score"] == 0
-    assert "MemoryError" in tests["encoder_decoder_masks"]["output"]
+    assert "raised an exception" in tests["encoder_decoder_masks"]["output"]  # a MemoryError, not named
 
 
 @pytest.mark.slow
@@ -283,6 +284,17 @@ def test_forbidden_apis_are_reported_and_score_zero():
     assert "line 14 of forbidden.py" in " ".join(report.exercise("padding_mask").notes)  # via a helper
 
 
+def test_the_original_of_a_forbidden_function_is_nowhere_in_the_worker():
+    """Issue 38: the real multi_head_attention_forward, kept in grader.sandbox.worker._HELD to be
+    restored, was reachable through sys.modules and ran with need_weights=True on plain
+    operators: 3.5/5. The worker now drops the originals; the submission searches sys.modules'
+    saved lists, closures, generators' frames, gc.get_objects (frozen ones too) and
+    gc.get_referrers, and finds nothing to call."""
+    report = engine.grade(SUBMISSIONS / "held_original.py", exercises=["multi_head_attention"])
+    e = report.exercise("multi_head_attention")
+    assert e.score == 0, (e.status, e.message)
+
+
 # --------------------------------------------------------------------------- the channel
 
 
@@ -295,18 +307,15 @@ def test_channel_round_trips_outcomes(tmp_path):
     assert back.args_after[0]["grad_set"] is False and torch.equal(back.grads[0], torch.ones(3))
 
 
-class _Forged:
-    def __init__(self, marker: Path):
-        self.marker = marker
+def _forge(tree, raw: bytes = b"", entries: dict | None = None, header_len: int | None = None) -> bytes:
+    """A record in the channel's format around any tree and entries, as a forger would write it."""
+    import json
 
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-def _channel_file(path: Path, obj, raw: bytes = b"", protocol: int = pickle.HIGHEST_PROTOCOL) -> None:
-    """A file in the channel's framing around an arbitrary pickle, as a forger would write it."""
-    body = pickle.dumps(obj, protocol=protocol)
-    path.write_bytes(channel.MAGIC + len(body).to_bytes(8, "little") + body + raw)
+    if entries is None:
+        entries = {"0": {"dtype": "U8", "shape": [len(raw)], "data_offsets": [0, len(raw)]}} if raw else {}
+    meta = {"format": channel.FORMAT, "tree": json.dumps(tree)}
+    header = json.dumps({"__metadata__": meta, **entries}).encode()
+    return (len(header) if header_len is None else header_len).to_bytes(8, "little") + header + raw
 
 
 def test_channel_round_trips_every_plain_kind(tmp_path):
@@ -337,72 +346,93 @@ def test_channel_carries_every_dtype_a_student_might_return(tmp_path):
             else torch.equal(got, want)
 
 
-def test_channel_refuses_objects_and_subclasses(tmp_path):
+class _Forged:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_channel_refuses_pickles_objects_and_foreign_formats(tmp_path):
+    """A pickle (the old format, or any) is not read at all: no code runs, nothing is built."""
     path, marker = tmp_path / "forged.pt", tmp_path / "pwned"
     for protocol in (2, pickle.HIGHEST_PROTOCOL):
-        _channel_file(path, [_Forged(marker)], protocol=protocol)
-        with pytest.raises(channel.ChannelError, match="not plain data"):
-            supervisor.receive(path)
+        body = pickle.dumps([_Forged(marker)], protocol=protocol)
+        for data in (body, b"attnmask-channel-1\n" + len(body).to_bytes(8, "little") + body):
+            path.write_bytes(data)
+            with pytest.raises(channel.ChannelError, match="header|record"):
+                supervisor.receive(path)
     assert not marker.exists(), "unpickling ran code"
-    _channel_file(path, [torch.nn.Parameter(torch.ones(2))])  # a tensor pickled the usual way
-    with pytest.raises(channel.ChannelError, match="not plain data"):
-        supervisor.receive(path)
-    torch.save([torch.ones(2)], path)  # not our framing at all
+    torch.save([torch.ones(2)], path)  # not our format at all
     with pytest.raises(channel.ChannelError):
         supervisor.receive(path)
+    for tree in ({"__class__": "os.system"}, {"t": [1], "d": []}, {"c": ["1", 2]}, {"d": [[[1], 2]]},
+                 {"d": [[None, 2]]}, {"x": 0, "dtype": "float32"}):
+        path.write_bytes(_forge(tree))
+        with pytest.raises(channel.ChannelError):
+            supervisor.receive(path)
     with pytest.raises(channel.ChannelError):
         channel.outcome_from_data({"error": 3})
 
 
-class _Record:
-    """Pickles as a persistent id (a tensor record), as a forger could write one."""
-
-    def __init__(self, pid):
-        self.pid = pid
-
-
-def _forged_records(path: Path, pids: list, raw: bytes) -> None:
-    class P(pickle.Pickler):
-        def persistent_id(self, obj):
-            return obj.pid if isinstance(obj, _Record) else None
-
-    import io
-
-    buf = io.BytesIO()
-    P(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([_Record(p) for p in pids])
-    body = buf.getvalue()
-    path.write_bytes(channel.MAGIC + len(body).to_bytes(8, "little") + body + raw)
-
-
-@pytest.mark.parametrize("pid, why", [
-    (("tensor", "float32", [4], 0, 16), "more bytes than the file holds"),
-    (("tensor", "float32", [2], 0, 7), "byte count not the shape's"),
-    (("tensor", "float32", [-1], 0, 0), "negative size"),
-    (("tensor", "object", [1], 0, 8), "dtype not on the list"),
-    (("tensor", "float32", [1], -4, 4), "negative offset"),
-    (("module", "os", "system"), "not a tensor record"),
-    (("tensor", "float32", "2", 0, 8), "shape not a list"),
+@pytest.mark.parametrize("node, why", [
+    ({"x": 0, "dtype": "float32", "shape": [4]}, "more bytes than the entry holds"),
+    ({"x": 0, "dtype": "float32", "shape": [1]}, "fewer bytes than the entry holds"),
+    ({"x": 0, "dtype": "float32", "shape": [-1]}, "negative size"),
+    ({"x": 0, "dtype": "object", "shape": [2]}, "dtype not on the list"),
+    ({"x": 1, "dtype": "float32", "shape": [2]}, "no such entry"),
+    ({"x": "0", "dtype": "float32", "shape": [2]}, "index not an integer"),
+    ({"x": 0, "dtype": "float32", "shape": "2"}, "shape not a list"),
+    ({"x": 0, "dtype": "float32", "shape": [2**39, 2**39]}, "a shape whose size overflows"),
 ])
-def test_channel_refuses_malformed_tensor_records(tmp_path, pid, why):
-    _forged_records(tmp_path / "f", [pid], b"\0" * 8)
-    with pytest.raises(channel.ChannelError, match="not plain data"):
+def test_channel_refuses_malformed_tensor_records(tmp_path, node, why):
+    (tmp_path / "f").write_bytes(_forge([node], b"\0" * 8))
+    with pytest.raises(channel.ChannelError):
+        supervisor.receive(tmp_path / "f")
+
+
+@pytest.mark.parametrize("entry, why", [
+    ({"dtype": "U8", "shape": [16], "data_offsets": [0, 16]}, "more bytes than the record holds"),
+    ({"dtype": "U8", "shape": [2**40], "data_offsets": [0, 2**40]}, "a terabyte claimed"),
+    ({"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}, "a gap before it"),
+    ({"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "not raw bytes"),
+    ({"dtype": "U8", "shape": [4], "data_offsets": [0, 8]}, "byte count not the shape's"),
+])
+def test_channel_refuses_entries_that_do_not_match_the_bytes(tmp_path, entry, why):
+    (tmp_path / "f").write_bytes(_forge([{"x": 0, "dtype": "uint8", "shape": [8]}], b"\0" * 8, {"0": entry}))
+    with pytest.raises(channel.ChannelError):
         supervisor.receive(tmp_path / "f")
 
 
 def test_channel_forged_bools_are_bools(tmp_path):
-    _forged_records(tmp_path / "f", [("tensor", "bool", [3], 0, 3)], bytes([0, 2, 255]))
+    (tmp_path / "f").write_bytes(_forge([{"x": 0, "dtype": "bool", "shape": [3]}], bytes([0, 2, 255])))
     (t,) = supervisor.receive(tmp_path / "f")
     assert t.dtype == torch.bool and t.tolist() == [False, True, True] and t.to(torch.uint8).max() == 1
 
 
-def test_channel_shared_references_cannot_make_a_small_file_expensive(tmp_path):
+def test_channel_one_entry_makes_one_tensor(tmp_path):
+    """The same bytes referenced many times would be gigabytes from megabytes."""
+    node = {"x": 0, "dtype": "float32", "shape": [2]}
+    (tmp_path / "f").write_bytes(_forge([node, node], b"\0" * 8))
+    with pytest.raises(channel.ChannelError, match="shared"):
+        supervisor.receive(tmp_path / "f")
+
+
+def test_channel_refuses_headers_too_big_or_too_busy(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(_forge([1], header_len=2**62))  # claims exabytes: refused on its 8 bytes
+    with pytest.raises(channel.ChannelError, match="claims"):
+        supervisor.receive(path)
     node: list = [1]
-    for _ in range(30):  # 2**30 leaves when walked, 30 objects when pickled
-        node = [node, node]
-    _channel_file(tmp_path / "dag", node)
-    assert (tmp_path / "dag").stat().st_size < 1000
+    for _ in range(channel.MAX_DEPTH + 2):
+        node = [node]
+    path.write_bytes(_forge(node))
+    with pytest.raises(channel.ChannelError, match="deeper"):
+        supervisor.receive(path)
+    path.write_bytes(_forge([[]] * (channel.MAX_NODES + 1)))
     with pytest.raises(channel.ChannelError, match="items"):
-        supervisor.receive(tmp_path / "dag")
+        supervisor.receive(path)
 
 
 def test_channel_log_records_are_read_back_exactly_as_announced(tmp_path, monkeypatch):

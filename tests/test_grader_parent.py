@@ -9,14 +9,13 @@ written, and no deadline moves for anything the worker says.
 
 from __future__ import annotations
 
-import io
 import json
-import pickle
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from grader import engine
 from grader.results import CRASHED, FAILED, PASSED, TIMED_OUT
@@ -99,39 +98,31 @@ def test_status_lines_are_bounded_and_ascii():
         status.parse(bad)
 
 
-def _record(obj, raw: bytes = b"", pickled: bytes | None = None) -> bytes:
-    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if pickled is None else pickled
-    return channel.MAGIC + struct.pack("<Q", len(body)) + body + raw
+def _record(tree, raw: bytes = b"") -> bytes:
+    entries = {"0": {"dtype": "U8", "shape": [len(raw)], "data_offsets": [0, len(raw)]}} if raw else {}
+    meta = {"format": channel.FORMAT, "tree": json.dumps(tree)}
+    body = json.dumps({"__metadata__": meta, **entries}).encode()
+    return struct.pack("<Q", len(body)) + body + raw
 
 
 def test_a_record_of_10_to_the_400_seconds_is_a_channel_error():
     with pytest.raises(ChannelError, match="64 bits"):
-        channel.decode(_record([{"output": None, "seconds": 10**400}]))
+        channel.decode(_record([{"d": [["output", None], ["seconds", 10**400]]}]))
     for bad in (10**400, float("nan"), float("inf"), -1.0, "1"):
         with pytest.raises(ChannelError):
             channel.outcome_from_data({"seconds": bad})
 
 
 def test_a_record_cannot_make_the_parent_copy_what_it_shares():
-    """One long string referenced many times, or one tensor's bytes referenced many times: the parent
-    would hold gigabytes from a record of kilobytes."""
+    """Long strings, or one tensor's bytes referenced many times: the parent would hold
+    gigabytes from a record of kilobytes."""
     big = "x" * (channel.MAX_STRING + 1)
-    with pytest.raises(ChannelError, match="characters"):
+    with pytest.raises(ChannelError, match="header claims|characters"):
         channel.decode(_record([big] * 50))
-    buf = io.BytesIO()
-    pid = ("tensor", "float32", [256], 0, 1024)
-
-    class Shared(pickle.Pickler):
-        def persistent_id(self, obj):
-            return pid if isinstance(obj, torch.Tensor) else None
-
-    t = torch.zeros(256)
-    Shared(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([t] * 1000)
-    with pytest.raises(ChannelError):
-        channel.decode(_record(None, raw=bytes(1024), pickled=buf.getvalue()))
-    buf = io.BytesIO()
-    Shared(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([t])
-    assert channel.decode(_record(None, raw=bytes(1024), pickled=buf.getvalue()))[0].shape == (256,)
+    node = {"x": 0, "dtype": "float32", "shape": [256]}
+    with pytest.raises(ChannelError, match="shared"):
+        channel.decode(_record([node] * 1000, raw=bytes(1024)))
+    assert channel.decode(_record([node], raw=bytes(1024)))[0].shape == (256,)
 
 
 def test_the_loaded_record_is_checked_and_cut():
@@ -182,3 +173,51 @@ def test_no_status_line_moves_a_deadline_twice_or_past_the_grading_s_end(tmp_pat
     drive.handle("done 1")
     drive.handle("bye 0")
     assert drive.bye and drive.until == end
+
+
+_MEASURE = """
+import resource, sys
+from grader.sandbox import supervisor
+from grader.sandbox.limits import ChannelError
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for path in sys.argv[1:]:
+    try:
+        supervisor.receive(path)
+    except ChannelError as e:
+        print("refused", path, e)
+    else:
+        print("read", path)
+print("growth_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_records_built_to_exhaust_the_parent_are_refused_before_they_allocate(tmp_path):
+    """Issue 38: a 9-byte pickle whose LONG_BINPUT targets memo index 110 M made the parent
+    allocate 1.9 GiB; 20 M EMPTY_DICT opcodes did the same. Records are no pickles now, and a
+    header's sizes are checked before anything is built: the peak memory of a process that reads
+    them all grows by little more than the largest file's own bytes (20 MB here)."""
+    long_binput = b"\x80\x04N" + b"r" + (110_000_000).to_bytes(4, "little") + b"."
+    assert len(long_binput) == 9
+    tb = 2**40
+    attacks = {
+        "long_binput": long_binput,
+        "long_binput_framed": b"attnmask-channel-1\n" + struct.pack("<Q", 9) + long_binput,
+        "empty_dicts": b"\x80\x04" + b"}" * 20_000_000 + b".",
+        "header_claims_a_terabyte": struct.pack("<Q", 2**40) + b"{}",
+        "entry_claims_a_terabyte": _record([{"x": 0, "dtype": "uint8", "shape": [tb]}], raw=bytes(8)).replace(
+            b'"shape": [8], "data_offsets": [0, 8]', f'"shape": [{tb}], "data_offsets": [0, {tb}]'.encode()),
+        "shape_overflows": _record([{"x": 0, "dtype": "float64", "shape": [2**39] * 3}], raw=bytes(8)),
+        "700k_dicts": struct.pack("<Q", 2 * 2**20) + (b"[" + b"{}," * 699_000).ljust(2 * 2**20, b" "),
+        "200k_lists": _record([[]] * (channel.MAX_NODES + 10)),
+    }
+    paths = []
+    for name, data in attacks.items():
+        (tmp_path / name).write_bytes(data)
+        paths.append(str(tmp_path / name))
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, *paths], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert sum(line.startswith("refused ") for line in lines) == len(attacks), proc.stdout
+    growth = int(lines[-1].split()[1]) * 1024
+    assert growth < 100 * 2**20, f"reading the attacks grew the parent's peak memory by {growth >> 20} MiB"

@@ -4,7 +4,8 @@ on every check, hidden and public, in results.json and on the terminal.
 The submission (tests/submissions/correct.py with tests/submissions/leaky_tail.py after it)
 fails every exercise in one way whatever the case, and tries to carry the case out: it
 prints its inputs, raises exceptions that quote them (and, on public checks, every hidden
-case the worker holds) or are named after their shapes,
+case the worker holds) or are named after their shapes, raises one of 16 builtin types chosen
+by them (issue 38: the type named on a hidden check carried 4 bits of its case),
 returns an extra dimension as long as its first input, returns values that encode them, and
 raises, while it loads, an exception quoting every frame above it (the hidden job's calls).
 """
@@ -72,7 +73,10 @@ def test_two_seeds_give_the_same_feedback(tmp_path):
         assert test_a == test_b
         assert not re.search(r"INPUTS|LOAD|E_\d", test_a["output"]), test_a["output"]
     assert _same_for_any_seed(a["output"], SEEDS[0]) == _same_for_any_seed(b["output"], SEEDS[1])
-    assert "RuntimeError" in a["output"] and "LOAD" not in a["output"]
+    assert "raised an exception" in a["output"] and "LOAD" not in a["output"]
+    types = r"\b(TypeError|KeyError|IndexError|ZeroDivisionError|OverflowError|MemoryError|BufferError)\b"
+    for test in a["tests"]:  # no type is named, on hidden checks or public ones
+        assert not re.search(types, test["output"]), test["output"]
     # The terminal, up to what the code printed (the operator's, shown as text after the report).
     cut = "what your code printed"
     assert _same_for_any_seed(term_a.split(cut)[0], SEEDS[0]).splitlines()[1:] == \
@@ -106,10 +110,10 @@ def test_a_hidden_checks_words_keep_no_value():
 def test_a_load_note_names_only_a_statement_the_parent_read():
     places = {"line 3 of x.py"}
     assert hidden.load_note("line 3 of x.py raised ValueError: n = 17", places, 2).startswith(
-        "line 3 of x.py raised ValueError (")
+        "line 3 of x.py raised an exception (")
     assert hidden.load_note("line 4 of x.py raised ValueError: n = 17", places, 2) is None  # forged
-    assert hidden.load_note("line 3 of x.py raised E_17: n", places, 2).startswith(
-        "line 3 of x.py raised an exception of a class the submission defines")
+    assert hidden.load_note("line 3 of x.py raised E_17: n", places, 2) == \
+        hidden.load_note("line 3 of x.py raised KeyError: 3", places, 2)
     assert hidden.load_note("line 3 of x.py ran longer than 17 s and was stopped", places, 2) == \
         "line 3 of x.py ran longer than 2 s and was stopped"
     assert "17" not in hidden.stopped("ended the grading process (exit code 17), at line 17 of <x 17>")

@@ -119,6 +119,33 @@ def test_a_user_who_is_not_root(tmp_path, borrowing_venv):
     _held_100(p, results)
 
 
+def test_an_interpreter_path_through_the_course_folder(tmp_path):
+    """Issue 38: ``cd exercises && ../.venv/bin/python -m grader ex01_leakage.ipynb`` gave every
+    exercise "grader error" (bwrap could not exec a path through the course, which the sandbox
+    does not show) and told the user to install bubblewrap. The path is resolved before it
+    reaches the sandbox."""
+    exe = Path(sys.executable)
+    if not exe.is_relative_to(ROOT):
+        pytest.skip("the venv is not inside the course")
+    relative = os.path.relpath(exe, ROOT / "exercises")  # ../.venv/bin/python
+    out = tmp_path / "r.json"
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SEED", "VIRTUAL_ENV")}
+    p = subprocess.run([relative, "-m", "grader", "ex01_leakage.ipynb", "--quiet", "--json", str(out)],
+                       env={**base, "COLUMNS": "1000"}, capture_output=True, text=True, timeout=600,
+                       cwd=ROOT / "exercises")
+    assert "student code was not run" not in p.stdout + p.stderr, p.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert "grader error" not in results["extra_data"]["status"].values(), results["extra_data"]["status"]
+
+
+def test_bwrap_that_cannot_start_python_is_not_told_to_install_bubblewrap():
+    from grader.sandbox import allowlist
+
+    said = allowlist.startup_refusal("bwrap: execvp /c/exercises/../.venv/bin/python: No such file")
+    assert "bwrap could not start Python" in said and "apt-get install bubblewrap" not in said
+    assert "bubblewrap is installed and runs" in said
+
+
 def test_a_sandbox_that_shows_the_course_refuses_and_names_the_path(tmp_path):
     """A path the worker must not see (here a report file's folder) inside a folder the sandbox
     shows: no grade, the path in the message, and a non-zero exit, so that `&&` stops."""

@@ -109,7 +109,8 @@ def test_the_graders_files_and_site_packages_cannot_be_written():
 
 @pytest.mark.slow
 def test_no_capability_is_left_to_open_files_by_handle(tmp_path):
-    """open_by_handle_at needs CAP_DAC_READ_SEARCH: the worker has no capability at all."""
+    """open_by_handle_at needs CAP_DAC_READ_SEARCH: the worker has no capability at all, and the
+    system-call allowlist refuses the call itself (EPERM, as without the capability)."""
     code = r'''
 import ctypes, os
 class Handle(ctypes.Structure):
@@ -170,7 +171,9 @@ def test_without_bubblewrap_no_student_code_runs(tmp_path):
 def test_the_report_says_what_the_worker_measured(tmp_path):
     report = _grade_cells(tmp_path, "plain", "")
     measured = report.isolation["measured"]
+    limits = measured.pop("limits")
     assert measured == {"uid": "65534", "caps": "none", "pid": "1", "net": "lo", "seen": "0"}
+    assert limits.startswith(("cgroup v1", "cgroup v2", "none: ")), limits  # what bounds its memory
     assert report.isolation["sandbox"] == "bubblewrap" and report.isolation["why"] == ""
 
 
@@ -224,3 +227,118 @@ STARTED = hop()
     while hoppers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not hoppers(), "a process of the submission outlived its grading"
+
+
+# Issue 38: kernel attack surface and shared state that a worker could reach (x86_64 and aarch64 numbers).
+KERNEL = r'''
+import ctypes, fcntl, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {"x86_64": {"userfaultfd": 323, "perf_event_open": 298},
+      "aarch64": {"userfaultfd": 282, "perf_event_open": 241}}[os.uname().machine]
+def tried(name, ok):
+    print("ATTACK", name, "worked" if ok else "refused", flush=True)
+def attacks():
+    tried("userfaultfd", libc.syscall(NR["userfaultfd"], 1) >= 0)  # UFFD_USER_MODE_ONLY
+    attr = ctypes.create_string_buffer(struct.pack("<IIQ", 1, 112, 0).ljust(112, b"\0"))  # SW_CPU_CLOCK
+    tried("perf_event_open", libc.syscall(NR["perf_event_open"], attr, 0, -1, -1, 0) >= 0)
+    user = libc.unshare(0x10000000) == 0  # CLONE_NEWUSER
+    tried("unshare_user", user)
+    tried("unshare_mount", libc.unshare(0x20000) == 0)  # CLONE_NEWNS
+    tried("mount_tmpfs", libc.mount(b"tmpfs", b"/run/work", b"tmpfs", 0, b"size=1g") == 0)
+    try:
+        fd = os.memfd_create("held")
+        os.ftruncate(fd, 64 * 2**20)
+        tried("memfd", True)
+    except OSError:
+        tried("memfd", False)
+    try:
+        os.openpty()
+        tried("pty", True)
+    except OSError:
+        tried("pty", False)
+    print("PTS", sorted(os.listdir("/dev/pts")) if os.path.isdir("/dev/pts") else None, flush=True)
+    fd = os.open(sys.executable, os.O_RDONLY)  # a read-only file every worker sees
+    for name, lock in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                       ("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))):
+        try:
+            lock()
+            tried(name, True)
+        except OSError:
+            tried(name, False)
+_ = attacks()
+'''
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="system call numbers")
+def test_kernel_attack_surface_and_shared_locks_are_refused(tmp_path):
+    """Issue 38: userfaultfd, perf_event_open, a user namespace and in it a tmpfs of any size, memfds
+    that no limit counts, a pty every worker sees (2.5/2.5 for no code between two students graded
+    at once), flock on a file every worker sees: all worked in the worker; the allowlist refuses them."""
+    report = _grade_cells(tmp_path, "kernel", KERNEL)
+    said = dict(line.split()[1:3] for line in report.output.splitlines() if line.startswith("ATTACK "))
+    assert set(said) == {"userfaultfd", "perf_event_open", "unshare_user", "unshare_mount", "mount_tmpfs",
+                         "memfd", "pty", "flock", "lockf"}, report.output
+    assert set(said.values()) == {"refused"}, said
+    assert "PTS []" in report.output, report.output
+    assert report.exercise("causal_mask").score > 0  # and the code after them still runs and is graded
+
+
+def test_the_allowlist_leaves_out_what_is_never_allowed():
+    from grader.sandbox import syscalls
+
+    assert not syscalls.ALLOWED & syscalls.NEVER
+    assert {"read", "write", "mmap", "futex", "clone", "exit_group"} <= syscalls.ALLOWED
+
+
+PROCESSES = r'''
+import os, time
+def spawn(n):
+    made = 0
+    for _ in range(n):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        made += 1
+    return made
+_ = print("FORKED", spawn(400), flush=True)
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user, RLIMIT_NPROC binds the worker's processes")
+def test_a_worker_of_root_cannot_start_hundreds_of_processes(tmp_path):
+    """Issue 38: a worker's host uid is root, whom RLIMIT_NPROC does not bind: 1600 processes ran at
+    once. A cgroup per worker (pids.max) bounds them, where the machine gives one; the report's
+    isolation block says which limits held."""
+    from grader.sandbox import cgroups
+
+    report = _grade_cells(tmp_path, "forker", PROCESSES)
+    limits = report.isolation["measured"]["limits"]
+    forked = int(report.output.split("FORKED ", 1)[1].split()[0])
+    if limits.startswith("none"):
+        pytest.skip(f"no cgroup on this machine: {limits}")
+    assert forked < cgroups.PIDS, (forked, limits)
+
+
+def test_a_workers_cgroup_counts_memfd_pages_and_processes(tmp_path):
+    """The cgroup a worker is moved into counts what RLIMIT_AS and the RSS watch miss: here a
+    process that holds 200 MiB in a memfd (issue 38: 1300 MiB under --memory 256) is stopped at a
+    64 MiB bound. Tested on the cgroup itself, outside the sandbox (whose allowlist refuses memfds)."""
+    from grader.sandbox import cgroups
+
+    group, how = cgroups.Cgroup.make(f"grader-test-{os.getpid()}", 64 * 2**20, pids=8)
+    if group is None:
+        pytest.skip(f"no cgroup on this machine: {how}")
+    hog = ("import os, sys\nsys.stdin.read(1)\nfd = os.memfd_create('held')\n"
+           "for _ in range(200):\n    os.write(fd, b'x' * 2**20)\nprint('HELD', flush=True)\n")
+    try:
+        p = subprocess.Popen([sys.executable, "-c", hog], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        group.add(p.pid)
+        out, _ = p.communicate("go", timeout=120)
+        assert "HELD" not in out and p.returncode != 0, (out, p.returncode, how)
+    finally:
+        group.remove()

@@ -144,7 +144,8 @@ def test_gradescope_locks_the_bundles_answers_before_student_code_runs(tmp_path)
 @pytest.mark.parametrize("length", [40, 299, 301, 2000])
 def test_a_hidden_checks_feedback_never_quotes_the_students_own_message(length):
     """Whatever its length, the student's exception text reaches a hidden check's feedback
-    not at all, only its type; on a public check it is quoted as it was."""
+    not at all, nor its type (issue 38: a type chosen per case says the case); on a public check it
+    is quoted as it was."""
     from grader import verdicts
     from grader.checks import EXERCISES
     from grader.spec import Outcome
@@ -157,7 +158,8 @@ def test_a_hidden_checks_feedback_never_quotes_the_students_own_message(length):
         if check.public:
             assert said[:200] in text
         else:
-            assert "ids 1234" not in text and "ValueError (its message is not shown" in text, text
+            assert "ids 1234" not in text and "ValueError" not in text, text
+            assert text.startswith(verdicts.RAISED), text
 
 
 @pytest.mark.slow
@@ -184,8 +186,7 @@ def test_hidden_cases_do_not_ride_out_on_what_student_code_says(tmp_path):
     # Not even on public checks: while they run, the worker holds the hidden cases too
     # (tests/test_hidden_channel.py); --public-only and check(...) quote it in full.
     assert "EXFIL" not in json.dumps(results)
-    assert sum("is not shown where hidden cases run" in b for b in hidden) >= 3  # the type, not the text
-    assert sum("a class the submission defines" in b for b in hidden) >= 2
-    assert any('the public check "matches reference (n=4)"' in b for b in hidden), hidden
+    assert sum("raised an exception" in b for b in hidden) >= 3  # that it raised: not the type, not the text
+    assert not any(re.search(r"ValueError|ForbiddenAPIError", b) for b in hidden), hidden
     assert "EXFIL" in p.stdout  # the operator's terminal shows what it printed, as text
     assert "\x1b" not in p.stdout and "\r" not in p.stdout and "\x1b" not in p.stderr, p.stdout

@@ -109,12 +109,29 @@ def refusal(why: object, *, unconfined: bool = False) -> str:
     return f"student code was not run: the sandbox could not be made ({text}){root}. {own}"
 
 
+#: The fix when bwrap ran but could not start the interpreter inside the sandbox.
+EXEC_HINT = ("bubblewrap is installed and runs; the interpreter's path does not lead to a program inside "
+             "the sandbox: run the grader with a venv's own python (/path/to/.venv/bin/python -m grader), "
+             "and " + LAYOUT_HINT)
+
+
 def startup_refusal(failure: str) -> str:
     """:func:`refusal` for a zygote that did not start, from the last line it wrote: a module it
-    could not import is a layout problem, not a missing bubblewrap."""
+    could not import, or an interpreter bwrap could not start, is a layout problem, not a missing
+    bubblewrap."""
     if "No module named" in failure:
         return refusal(Unavailable(failure, fix="install it where the sandbox can see it: " + LAYOUT_HINT))
+    if failure.startswith("bwrap: execvp"):
+        return refusal(Unavailable(f"bwrap could not start Python ({failure})", fix=EXEC_HINT))
     return refusal(failure)
+
+
+def interpreter() -> str:
+    """``sys.executable`` with its folder resolved (``..`` and links: ``cd exercises &&
+    ../.venv/bin/python`` names a path through the course, which the sandbox does not show) and
+    its own name kept (a venv's ``python`` is a link whose folder makes it the venv's)."""
+    exe = os.path.abspath(sys.executable)
+    return os.path.join(os.path.realpath(os.path.dirname(exe)), os.path.basename(exe))
 
 
 class Unavailable(Exception):
@@ -212,7 +229,7 @@ def python_folders() -> tuple[list[str], list[str]]:
     resolved), a venv's ``pyvenv.cfg``, the standard library, ``libpython``, :func:`site_folders`,
     :func:`python_path`, and the folders of ``LD_LIBRARY_PATH`` and CUDA's home."""
     exe = sys.executable
-    folders = {os.path.dirname(os.path.abspath(exe)), os.path.dirname(os.path.realpath(exe))}
+    folders = {os.path.dirname(interpreter()), os.path.dirname(os.path.realpath(exe))}
     paths = sysconfig.get_paths()
     folders |= {paths["stdlib"], paths["platstdlib"]}
     folders |= set(site_folders()) | set(python_path())

@@ -1,12 +1,30 @@
 """Plain data from the worker to the trusted process, and nothing else.
 
-A record is ``MAGIC``, the length of a pickle, the pickle, then the raw bytes of
-every tensor. The pickle holds only containers, numbers and strings; each
-tensor in it is a persistent id ``("tensor", dtype, shape, offset, nbytes)``
-pointing into the raw bytes. Reading uses a restricted unpickler: it resolves
-no global but ``complex`` (so no code runs while loading) and rebuilds tensors
-itself from validated dtypes, shapes and byte ranges -- the same guarantee as
-``torch.load(weights_only=True)``, several times faster on small records.
+A record is a safetensors file (https://github.com/huggingface/safetensors, made for loading
+tensors from sources nobody trusts): an 8-byte length, a JSON header, then raw bytes. Each
+tensor the worker returns travels as one flat ``U8`` entry of the file (its bytes, named by
+its index); the header's metadata holds ``tree``: the returned value as JSON, in which a
+tensor is ``{"x": INDEX, "dtype": NAME, "shape": [...]}`` and the other values that JSON
+lacks are tagged objects (``{"t": [...]}`` a tuple, ``{"d": [[key, value], ...]}`` a dict,
+``{"c": [re, im]}`` a complex number). No pickle: nothing in a record is code, and nothing
+is built before its size is known.
+
+Reading (:func:`decode`) budgets before it allocates:
+
+1. the record is at most ``MAX_FILE_BYTES`` (the parent reads no more);
+2. its header's length, the first 8 bytes, is at most :data:`MAX_HEADER`, and the header
+   opens at most :data:`MAX_NODES` JSON containers, both counted on the bytes before the
+   JSON is parsed (a parsed container costs ~20 times its two bytes);
+3. safetensors' own reader (Rust) checks that every entry's bytes lie inside the record,
+   follow one another without gap or overlap, and match its shape: a header that claims
+   gigabytes is refused before anything is allocated, and no byte is read twice;
+4. the tree is rebuilt by :func:`_build`, which checks every node: only tensors (each
+   entry used once, its dtype allowed and its byte count ``numel * element size``),
+   numbers, strings, None, and tuples/lists/dicts of them, within a depth, a node and a
+   character budget.
+
+Anything else -- a forged object, a malformed header, a pickle, a record too big --
+becomes a :class:`ChannelError` with a plain message, which fails the check it belongs to.
 
 The worker appends its records to a :class:`Log`: one file per worker, which the
 parent creates and hands over as a descriptor (the worker sees no folder of the
@@ -15,46 +33,41 @@ worker's ``RLIMIT_FSIZE``: what one student writes there cannot fill the disk
 for another). It announces each complete record as ``OFFSET LENGTH`` on its
 status pipe, and the parent reads exactly that range (:func:`decode`).
 
-After loading, :func:`plain` re-validates every value: only
-``type(t) is torch.Tensor`` (strided, on the CPU), numbers, strings, None, and
-tuples/lists/dicts of them pass, within a depth and a node budget (shared
-references cannot make a small record expensive to walk). Anything else -- a
-forged object, a malformed header, a record too big -- becomes a
-:class:`ChannelError` with a plain message, which fails the check it belongs
-to. Student code can write whatever it likes into these files: the worst it
+Student code can write whatever it likes into these files: the worst it
 can forge is what its own calls produced: their return values and, for a call
 that asks, the record of the largest tensor it created (which deliberate code
 can also dodge by computing outside torch, e.g. in numpy; see
 :class:`grader.sandbox.execute.Allocations`). What the parent makes of a record
-is bounded too, whatever its bytes say: no tensor's bytes are read twice, no
-integer beyond 64 bits, at most :data:`MAX_CHARS` characters of text, a call's
-time a finite number of seconds (:func:`outcome_from_data`) and the loaded
-record's names and errors few and short (:func:`loaded_from_data`).
+is bounded too, whatever its bytes say: no integer beyond 64 bits, at most :data:`MAX_CHARS`
+characters of text, a call's time a finite number of seconds (:func:`outcome_from_data`) and
+the loaded record's names and errors few and short (:func:`loaded_from_data`).
 """
 
 from __future__ import annotations
 
-import io
+import json
+import math
 import os
-import pickle
 import re
 import struct
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, deserialize
 
 from ..spec import NotATensor, Outcome
 from .limits import ChannelError
 from .status import RECORD_PARTS
 
 MAX_FILE_BYTES = 64 * 2**20
+MAX_HEADER = 2 * 2**20  # bytes of JSON in one record's header
 MAX_DEPTH = 32
-MAX_NODES = 200_000  # values visited by plain() in one file
+MAX_NODES = 200_000  # values in one record (and JSON containers in its header)
 MAX_STRING = 100_000
-MAX_CHARS = 2_000_000  # characters of text in one record, shared references counted each time
+MAX_CHARS = 2_000_000  # characters of text in one record
 MAX_ERROR = 4000  # characters of a call's error kept (feedback quotes 300)
 MAX_INT = 2**64
-MAGIC = b"attnmask-channel-1\n"
+FORMAT = "attnmask-channel-2"
 _NOT_A_TENSOR = "__not_a_tensor__"
 # Every dtype a returned tensor may have (a wrong one is the judges' to name, not ours to refuse).
 _DTYPES = {name: getattr(torch, name) for name in (
@@ -62,68 +75,44 @@ _DTYPES = {name: getattr(torch, name) for name in (
     "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
 ) if isinstance(getattr(torch, name, None), torch.dtype)}
+_SIZES = {name: 1 if dtype == torch.bool else dtype.itemsize
+          for name, dtype in _DTYPES.items()}
 
 
-class _Writer(pickle.Pickler):
-    """Pickles containers; puts each tensor's bytes after the pickle (see the module's docstring)."""
+class _Writer:
+    """The tree of one value, and the bytes of its tensors in order (worker side)."""
 
-    def __init__(self, file, raw: list[bytes]):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.raw, self.offset = raw, 0
+    def __init__(self) -> None:
+        self.raw: list[bytes] = []
 
-    def persistent_id(self, obj: Any) -> Any:
-        if not isinstance(obj, torch.Tensor):
-            return None
-        t = obj.detach().cpu().contiguous().reshape(-1)
-        if t.dtype == torch.bool:
-            t = t.to(torch.uint8)
+    def tree(self, x: Any, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the returned values nest deeper than {MAX_DEPTH} levels")
+        if x is None or type(x) in (bool, int, float):
+            return x
+        if type(x) is str:
+            return x if len(x) <= MAX_STRING else x[:MAX_STRING] + " [truncated]"
+        if type(x) is complex:
+            return {"c": [x.real, x.imag]}
+        if isinstance(x, torch.Tensor):
+            return self.tensor(x)
+        if type(x) is list:
+            return [self.tree(v, depth + 1) for v in x]
+        if type(x) is tuple:
+            return {"t": [self.tree(v, depth + 1) for v in x]}
+        if type(x) is dict:
+            return {"d": [[k, self.tree(v, depth + 1)] for k, v in x.items()]}
+        raise TypeError(f"a value of type {type(x).__name__} cannot come back")
+
+    def tensor(self, obj: torch.Tensor) -> dict:
         name = str(obj.dtype).removeprefix("torch.")
         if _DTYPES.get(name) != obj.dtype:
             raise TypeError(f"tensors of dtype {obj.dtype} cannot come back")
-        data = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        pid = ("tensor", name, [int(n) for n in obj.shape], self.offset, len(data))
-        self.raw.append(data)
-        self.offset += len(data)
-        return pid
-
-
-class _Reader(pickle.Unpickler):
-    def __init__(self, file, raw: memoryview):
-        super().__init__(file)
-        self.raw = raw
-        self.taken = 0  # bytes of raw turned into tensors: the writer uses each byte once
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == ("builtins", "complex"):
-            return complex
-        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
-
-    def persistent_load(self, pid: Any) -> torch.Tensor:
-        if type(pid) is not tuple or len(pid) != 5 or pid[0] != "tensor":
-            raise pickle.UnpicklingError("a malformed tensor record")
-        _, name, shape, offset, nbytes = pid
-        dtype = _DTYPES.get(name) if type(name) is str else None
-        if dtype is None:
-            raise pickle.UnpicklingError(f"tensor dtype {name!r} is not allowed")
-        if (type(shape) is not list or len(shape) > 64
-                or any(type(n) is not int or not 0 <= n < 2**40 for n in shape)):
-            raise pickle.UnpicklingError("a malformed tensor shape")
-        numel = 1
-        for n in shape:
-            numel *= n
-        size = 1 if dtype == torch.bool else torch.empty((), dtype=dtype).element_size()
-        if (type(offset) is not int or type(nbytes) is not int or offset < 0 or nbytes != numel * size
-                or offset + nbytes > len(self.raw)):
-            raise pickle.UnpicklingError("a tensor's bytes do not match its shape")
-        self.taken += nbytes
-        if self.taken > len(self.raw):  # the same bytes referenced many times: gigabytes from megabytes
-            raise pickle.UnpicklingError("tensors share bytes")
-        if numel == 0:
-            return torch.empty(shape, dtype=dtype)
-        flat = torch.frombuffer(bytearray(self.raw[offset:offset + nbytes]), dtype=torch.uint8)
-        if dtype == torch.bool:
-            return (flat != 0).reshape(shape)  # any byte but 0 is True: no invalid bools
-        return flat.view(dtype).reshape(shape)
+        t = obj.detach().cpu().contiguous().reshape(-1)
+        if t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        self.raw.append(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return {"x": len(self.raw) - 1, "dtype": name, "shape": [int(n) for n in obj.shape]}
 
 
 def too_big(nbytes: int) -> str | None:
@@ -134,29 +123,125 @@ def too_big(nbytes: int) -> str | None:
 
 
 def encode(obj: Any) -> bytes:
-    """One record: ``obj`` (plain data) in the format above."""
-    raw: list[bytes] = []
-    buf = io.BytesIO()
-    _Writer(buf, raw).dump(obj)
-    return b"".join([MAGIC, struct.pack("<Q", buf.tell()), buf.getvalue(), *raw])
+    """One record: ``obj`` (plain data) in the format above. ValueError where its header
+    would pass :data:`MAX_HEADER`."""
+    writer = _Writer()
+    tree = json.dumps(writer.tree(obj), separators=(",", ":"))
+    header: dict[str, Any] = {"__metadata__": {"format": FORMAT, "tree": tree}}
+    offset = 0
+    for i, data in enumerate(writer.raw):
+        header[str(i)] = {"dtype": "U8", "shape": [len(data)], "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # safetensors aligns the bytes that follow
+    if len(text) > MAX_HEADER:
+        raise ValueError(f"the returned values' structure takes {len(text) // 1024} KiB; "
+                         f"the limit is {MAX_HEADER // 1024} KiB")
+    return b"".join([struct.pack("<Q", len(text)), text, *writer.raw])
+
+
+def _header(data: bytes) -> tuple[str, int]:
+    """The record's tree (JSON text) and its number of tensor entries, from a header whose
+    size is checked before it is parsed."""
+    if len(data) < 8:
+        raise ChannelError("the returned values are not a channel record (too short)")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > MAX_HEADER:
+        raise ChannelError(f"the returned values' header claims {n} bytes; the limit is {MAX_HEADER}")
+    if n > len(data) - 8:
+        raise ChannelError("the returned values' header is cut short")
+    raw = data[8:8 + n]
+    if raw.count(b"{") + raw.count(b"[") > 2 * MAX_NODES:
+        raise ChannelError(f"the returned values hold more than {MAX_NODES} items")
+    try:
+        header = json.loads(raw)
+        meta = header["__metadata__"]
+        if type(meta) is not dict or meta.get("format") != FORMAT or type(meta.get("tree")) is not str:
+            raise ValueError("not this format")
+    except (ValueError, TypeError, KeyError, RecursionError):
+        raise ChannelError("the returned values are not a channel record (a malformed header)") from None
+    return meta["tree"], len(header) - 1
 
 
 def decode(data: bytes) -> Any:
     """Parent side: the validated value of one record; :class:`ChannelError` on anything odd."""
     if message := too_big(len(data)):
         raise ChannelError(message)
+    tree, entries = _header(data)
+    if tree.count("{") + tree.count("[") > MAX_NODES:
+        raise ChannelError(f"the returned values hold more than {MAX_NODES} items")
     try:
-        head = len(MAGIC) + 8
-        if len(data) < head or not data.startswith(MAGIC):
-            raise ValueError("not a channel record")
-        (n,) = struct.unpack("<Q", data[len(MAGIC):head])
-        if n > len(data) - head:
-            raise ValueError("truncated")
-        view = memoryview(data)
-        obj = _Reader(io.BytesIO(view[head:head + n]), view[head + n:]).load()
-    except Exception as e:  # noqa: BLE001 -- any unpickling failure means "not plain data"
-        raise ChannelError(f"the returned values are not plain data ({type(e).__name__})") from None
-    return plain(obj, budget=[MAX_NODES, MAX_CHARS])
+        flat = deserialize(data) if entries else []
+    except (SafetensorError, ValueError, TypeError, OverflowError) as e:
+        raise ChannelError(f"the returned values' bytes do not match their header ({str(e)[:100]})") from None
+    raw: dict[str, bytes] = {}
+    for name, info in flat:
+        if info.get("dtype") not in ("U8", "u8", "uint8") or len(info.get("shape", ())) != 1:
+            raise ChannelError("a tensor entry of the returned values is not raw bytes")
+        raw[name] = info["data"]
+    try:
+        value = json.loads(tree)
+    except (ValueError, RecursionError):
+        raise ChannelError("the returned values are not a channel record (a malformed tree)") from None
+    return _build(value, raw, 0, [MAX_NODES, MAX_CHARS])
+
+
+def _tensor(node: dict, raw: dict[str, bytes]) -> torch.Tensor:
+    index, name, shape = node.get("x"), node.get("dtype"), node.get("shape")
+    dtype = _DTYPES.get(name) if type(name) is str else None
+    if dtype is None:
+        raise ChannelError(f"tensor dtype {str(name)[:40]!r} is not allowed")
+    if (type(shape) is not list or len(shape) > 64
+            or any(type(n) is not int or not 0 <= n < 2**40 for n in shape)):
+        raise ChannelError("a returned tensor has a malformed shape")
+    data = raw.pop(str(index), None) if type(index) is int else None
+    if data is None:  # popped: the same bytes cannot make two tensors
+        raise ChannelError("a returned tensor's bytes are missing or shared")
+    if math.prod(shape) * _SIZES[name] != len(data):
+        raise ChannelError("a returned tensor's bytes do not match its shape")
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    if dtype == torch.bool:
+        return (flat != 0).reshape(shape)  # any byte but 0 is True: no invalid bools
+    return flat.view(dtype).reshape(shape)
+
+
+def _build(x: Any, raw: dict[str, bytes], depth: int, budget: list[int]) -> Any:
+    """The value of tree node ``x``; :class:`ChannelError` on anything not plain.
+    ``budget``: how many more values and characters may be built ([values, characters])."""
+    if depth > MAX_DEPTH:
+        raise ChannelError(f"the returned values nest deeper than {MAX_DEPTH} levels")
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ChannelError(f"the returned values hold more than {MAX_NODES} items")
+    if type(x) is int and not -MAX_INT < x < MAX_INT:
+        raise ChannelError("a returned integer is beyond 64 bits")
+    if x is None or type(x) in (bool, int, float):
+        return x
+    if type(x) is str:
+        budget[1] -= len(x)
+        if budget[1] < 0:
+            raise ChannelError(f"the returned values hold more than {MAX_CHARS} characters of text")
+        return x if len(x) <= MAX_STRING else x[:MAX_STRING] + " [truncated]"
+    if type(x) is list:
+        return [_build(v, raw, depth + 1, budget) for v in x]
+    if type(x) is dict and len(x) == 1 and type(x.get("t")) is list:
+        return tuple(_build(v, raw, depth + 1, budget) for v in x["t"])
+    if type(x) is dict and len(x) == 1 and type(x.get("c")) is list and len(x["c"]) == 2 \
+            and all(type(v) in (int, float) for v in x["c"]):
+        return complex(*x["c"])
+    if type(x) is dict and len(x) == 1 and type(x.get("d")) is list:
+        out = {}
+        for pair in x["d"]:
+            if type(pair) is not list or len(pair) != 2 or type(pair[0]) not in (str, int):
+                raise ChannelError("a returned dict's item is not a (str or int key, value) pair")
+            key = _build(pair[0], raw, depth + 1, budget)
+            out[key] = _build(pair[1], raw, depth + 1, budget)
+        return out
+    if type(x) is dict and set(x) == {"x", "dtype", "shape"}:
+        return _tensor(x, raw)
+    raise ChannelError("a returned value is not plain data")
 
 
 class Log:
@@ -189,46 +274,6 @@ class Log:
         return f"{offset} {len(data)}"
 
 
-def plain(x: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
-    """A validated copy of ``x``; raises :class:`ChannelError` on anything not plain.
-    ``budget``: how many more values and characters may be visited ([values, characters], shared
-    down the walk)."""
-    if depth > MAX_DEPTH:
-        raise ChannelError(f"the returned values nest deeper than {MAX_DEPTH} levels")
-    if budget is not None:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise ChannelError(f"the returned values hold more than {MAX_NODES} items")
-    if type(x) is int and not -MAX_INT < x < MAX_INT:
-        raise ChannelError("a returned integer is beyond 64 bits")
-    if x is None or type(x) in (bool, int, float, complex):
-        return x
-    if type(x) is str:
-        if budget is not None:
-            budget[1] -= min(len(x), MAX_STRING)
-            if budget[1] < 0:
-                raise ChannelError(f"the returned values hold more than {MAX_CHARS} characters of text")
-        if len(x) > MAX_STRING:
-            return x[:MAX_STRING] + " [truncated]"
-        return x
-    if type(x) is torch.Tensor:
-        if x.layout != torch.strided or x.is_quantized or x.device.type != "cpu":
-            raise ChannelError(f"a returned tensor has layout {x.layout} on {x.device}; "
-                               "only dense CPU tensors come back")
-        return x.detach()
-    if type(x) in (tuple, list):
-        items = [plain(v, depth + 1, budget) for v in x]
-        return tuple(items) if type(x) is tuple else items
-    if type(x) is dict:
-        out = {}
-        for k, v in x.items():
-            if type(k) not in (str, int):
-                raise ChannelError(f"a dict key of type {type(k).__name__} came back")
-            out[k] = plain(v, depth + 1, budget)
-        return out
-    raise ChannelError(f"a value of type {type(x).__name__} came back; only plain data may")
-
-
 # --------------------------------------------------------------------------- Outcome <-> data
 
 
@@ -255,7 +300,7 @@ def _decode(x: Any) -> Any:
 def outcome_to_data(o: Outcome) -> dict:
     return {
         "output": _encode(o.output),
-        "error": o.error,
+        "error": None if o.error is None else o.error[:MAX_ERROR],
         "devices": _encode(o.devices),
         "args_after": _encode(o.args_after),
         "grads": _encode(o.grads),

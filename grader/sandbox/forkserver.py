@@ -181,11 +181,11 @@ class Server:
 
     def __init__(self, module: str, env: dict[str, str], *, flags: tuple[str, ...] = (),
                  cwd: Path | None = None, prefix: tuple[str, ...] = (), inside: str | None = None,
-                 args: tuple[str, ...] = (), folder: Path | None = None) -> None:
+                 args: tuple[str, ...] = (), folder: Path | None = None, python: str | None = None) -> None:
         self.dir = folder or socket_folder("grader-forkserver-")
         self.socket = self.dir / "server.sock"
         self.errors = open(self.dir / "stderr.txt", "w+b")  # noqa: SIM115 -- closed in close()
-        argv = [*prefix, sys.executable, *flags, "-m", module,
+        argv = [*prefix, python or sys.executable, *flags, "-m", module,
                 str(self.socket) if inside is None else f"{inside}/server.sock", *args]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      stderr=self.errors, cwd=cwd, start_new_session=True)

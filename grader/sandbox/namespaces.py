@@ -18,9 +18,11 @@ runs a worker (:func:`isolate`)
    read-only) and ``/dev/shm``. Its results go to a file the parent hands over as
    a descriptor: no folder of the grader's is writable to it. ``/proc/keys`` and
    ``/proc/key-users`` are covered: they list the grader's keys;
-4. joins a session keyring of its own, drops every capability, for good (bounding
-   set, then capset), with no new privileges, and installs the seccomp filter of
-   :mod:`grader.sandbox.syscalls` (no keyring calls, no ``fallocate``, no io_uring):
+4. covers ``/dev/pts`` with an empty read-only folder (no pseudo-terminal: the sandbox's
+   are every worker's), joins a session keyring of its own, drops every capability, for
+   good (bounding set, then capset), with no new privileges, and installs the seccomp
+   allowlist of :mod:`grader.sandbox.syscalls` (no user namespace, no mount, no keyring,
+   no ``memfd_create``, ``userfaultfd``, ``perf_event_open``, ``flock`` or record locks):
    it runs as uid 65534 and cannot undo a mount.
 
 When the worker ends, its namespaces end, and all it wrote with them.
@@ -138,10 +140,22 @@ def isolate() -> None:
     for listing in KEY_LISTS:
         if os.path.exists(listing):
             _mount("/dev/null", listing, None, _MS_BIND)
+    _no_terminals()
     os.chdir(WORK)
     syscalls.own_keyring()
     drop_capabilities()
     syscalls.forbid()
+
+
+def _no_terminals() -> None:
+    """No pseudo-terminal: the sandbox's ``/dev/pts`` is every worker's (one leaves a line in a
+    pty, another reads it), so each worker gets an empty read-only one, and ``/dev/ptmx`` (a link
+    into it, or a device) leads nowhere."""
+    if os.path.isdir("/dev/pts"):
+        flags = _MS_NOSUID | _MS_NODEV | _MS_RDONLY
+        _mount("tmpfs", "/dev/pts", "tmpfs", flags, "size=4k,nr_inodes=2,mode=0555")
+    if os.path.exists("/dev/ptmx") and not os.path.islink("/dev/ptmx"):
+        _mount("/dev/null", "/dev/ptmx", None, _MS_BIND)
 
 
 def _relay(pid: int) -> None:

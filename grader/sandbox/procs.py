@@ -47,8 +47,33 @@ def descendants(root: int) -> list[int]:
 
 
 def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid``."""
-    return [p for p in pids() if stat_fields(p)[1:2] == [str(pid)]]
+    """The processes whose parent is ``pid``: from its threads' ``children`` files (a few small
+    reads), or, where the kernel has none, from a walk of every process."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        found = []
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(n) for n in f.read().split()]
+        return found
+    except FileNotFoundError:
+        if os.path.exists(f"/proc/{pid}"):  # no CONFIG_PROC_CHILDREN (or a thread just ended)
+            return [p for p in pids() if stat_fields(p)[1:2] == [str(pid)]]
+        return []
+    except (OSError, ValueError):
+        return [p for p in pids() if stat_fields(p)[1:2] == [str(pid)]]
+
+
+def namespace_pids(pid: int) -> list[int]:
+    """``NSpid`` of ``pid``: its pid in each pid namespace it is in, the host's first ([] if gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return [int(n) for n in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
 
 
 def session_members(sid: int) -> list[int]:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import allowlist, jobwire, namespaces, status, zygote
+from . import allowlist, cgroups, jobwire, namespaces, procs, status, zygote
 from .forkserver import Server
 from .limits import Limits, worker_env
 
@@ -68,11 +68,15 @@ class Worker:
         self._status_w = write_fd
         self._lines = status.Lines()
         self._eof = False
+        self.cgroup: cgroups.Cgroup | None = None
+        self.limited = "none"  # what bounds its memory and processes, for the report (cgroups.Cgroup.make)
         self.sites: set[str] = set()  # the submission's own file names: a crash is placed in one of them
         self.secrets: list[str] = []  # the paths its job asks it to count (a path it sees is named)
 
-    def start(self) -> str | None:
-        """Fork the worker; None, or why it could not be had."""
+    def start(self, memory_bytes: int | None = None) -> str | None:
+        """Fork the worker; None, or why it could not be had. A confined worker is moved into a
+        cgroup of its own (:mod:`grader.sandbox.cgroups`) bounding its memory to ``memory_bytes``
+        and its processes, before it is given its job."""
         if isinstance(self.server, Server) and not self.server.wait_ready():
             return allowlist.startup_refusal(self.server.failure())
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -89,7 +93,28 @@ class Worker:
         os.close(results)
         os.close(self._status_w)
         self._status_w = -1
-        return None if self.proc is not None else "the workers' zygote did not answer"
+        if self.proc is None:
+            return "the workers' zygote did not answer"
+        if self.confined:
+            self._limit(memory_bytes)
+        return None
+
+    def _limit(self, memory_bytes: int | None) -> None:
+        """Move the worker (it waits for its job: no student code has run) into a cgroup of its own."""
+        self.cgroup, self.limited = cgroups.Cgroup.make(f"{cgroups.PREFIX}{os.getpid()}-{self.token}",
+                                                        memory_bytes)
+        if self.cgroup is None:
+            return
+        host = _host_pid(self.proc)
+        try:
+            if host is None:
+                raise OSError("the worker's process was not found on the host")
+            self.cgroup.add(host)  # first: whatever it forks from now on is inside too
+            for child in procs.children(host):
+                self.cgroup.add(child)
+        except OSError as e:
+            self.cgroup.remove()
+            self.cgroup, self.limited = None, f"none: {e.strerror or e}"
 
     def send(self, job: Any) -> None:
         """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
@@ -138,6 +163,9 @@ class Worker:
         namespace dies with it), then drop its folders."""
         if self.proc is not None:
             self.proc.end()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         for f in (self._stdout, self._stderr):
             f.close()
         for fd in (self.status, self._status_w):
@@ -161,6 +189,25 @@ class Worker:
             return _SIGNALS.get(sig, f"was stopped by {sig.name}") + (f", at {where}" if where else "")
         return (f"ended the grading process (exit code {rc}): does it call os._exit() or "
                 "kill its own process?")
+
+
+def _host_pid(proc: zygote.Forked) -> int | None:
+    """The host's pid of a worker forked by a zygote in bubblewrap (``proc.pid`` is the sandbox's):
+    the child of one of the zygote's minders whose innermost pid is ``proc.pid``. The zygote's own
+    host pid is its socket's peer (SO_PEERCRED: the process that listens)."""
+    import socket
+    import struct
+
+    try:
+        creds = proc.conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        server = struct.unpack("3i", creds)[0]
+    except (OSError, AttributeError, struct.error):
+        return None
+    for minder in procs.children(server):
+        for child in procs.children(minder):
+            if procs.namespace_pids(child)[-1:] == [proc.pid]:
+                return child
+    return None
 
 
 _DUMP = re.compile(r"Fatal Python error.*?(\nExtension modules:[^\n]*|\Z)", re.S)
@@ -261,11 +308,13 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
     left = list(pending)
     n = 0
     measured: dict[str, str] = {}
+    # What the worker's cgroup bounds (where it has one): the RSS watch's bound, and its tmpfs.
+    memory = None if limits.memory_mb is None else (limits.memory_mb + 1024 + 256) * 2**20
     while left:
         worker = Worker(tmp, server, confined)
         n += 1
         try:
-            why = worker.start()
+            why = worker.start(memory)
             if why is not None:
                 handler.grader_failed(why)
                 return measured
@@ -329,6 +378,7 @@ class _Drive:
             if self.w.confined:
                 pairs = [r.split("=", 1) for r in rest[:8] if "=" in r and len(r) <= 40]
                 self.w.measured = {k: v for k, v in pairs}
+                self.w.measured["limits"] = self.w.limited[:200]
                 broken = namespaces.holds(self.w.measured, getattr(self.w, "secrets", None))
                 if broken is not None:
                     self.w.stop()

@@ -20,7 +20,6 @@ charges that exercise only, and starts a fresh worker for the rest.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import faulthandler
 import os
@@ -36,11 +35,10 @@ import torch
 from .. import fnspecs, fused, rules  # noqa: F401 -- fnspecs, fused: imported before the course is hidden
 from ..spec import Call, Outcome
 from ..submission import Cell, pick, run_cells
-from . import channel, deferred, jobwire, namespaces
+from . import channel, deferred, jobwire, namespaces, syscalls
 from .execute import execute_limited, reseed
 from .limits import CALL_SEED, NOT_RUN, TIME_LIMIT
 
-_HELD = contextlib.ExitStack()  # what prepare() keeps in force for the life of the process
 PRINT_CAP = 2**20  # bytes of print() output kept per stream; the rest is counted and dropped
 
 
@@ -203,11 +201,13 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
 def prepare() -> None:
     """What every worker does before its job arrives (the zygote does it once for all)."""
     deferred.install()
+    syscalls.prepare()  # the seccomp filter, built once here, loaded by every worker
     # The parent is still building the checks: use the time (and keep it off the exercises' clocks).
     _warm_up_meta()
     # The forbidden torch APIs and fused kernels, blocked for the life of every worker forked
-    # from here (finding and blocking them takes 20 ms; nothing of the grader's uses them).
-    _HELD.enter_context(rules.forbid_torch_apis())
+    # from here (finding and blocking them takes 20 ms; nothing of the grader's uses them), and
+    # the originals dropped, not kept to restore: no path from student code leads back to them.
+    rules.forbid_torch_apis_for_good()
 
 
 def main() -> None:

@@ -60,7 +60,7 @@ class Zygote(Server):
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
             super().__init__("grader.sandbox.zygote", env, flags=flags, prefix=prefix, folder=folder,
-                             inside=allowlist.SHARED, args=("confined",))
+                             inside=allowlist.SHARED, args=("confined",), python=allowlist.interpreter())
             self.home = None
         else:
             self.home = Path(tempfile.mkdtemp(prefix="grader-zygote-home-"))

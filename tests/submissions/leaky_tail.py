@@ -3,7 +3,8 @@
 through the feedback. Every graded function prints its inputs and, by its place in the
 course, always fails the same way whatever the case: it raises a ValueError that quotes
 its arguments and every case the worker holds (the hidden ones among them, read while a
-public check runs), raises a class of its own named after their shapes, returns its answer
+public check runs), raises a class of its own named after their shapes, raises one of 16
+builtin exception types chosen by its inputs (4 bits of the case per check), returns its answer
 with an extra leading dimension as long as the first input, or returns wrong values
 that encode its inputs. While it loads, one statement raises an exception that quotes
 what it finds in every frame above it (the worker's job, with the hidden cases).
@@ -44,6 +45,11 @@ def _wrong(out, args):
     return out + 1 + _size(args) % 97
 
 
+_TYPES = (ValueError, TypeError, KeyError, IndexError, RuntimeError, ZeroDivisionError, AttributeError,
+          LookupError, ArithmeticError, OverflowError, AssertionError, NotImplementedError, OSError,
+          MemoryError, UnicodeError, BufferError)
+
+
 def _leaky(f, how):
     @_functools.wraps(f)
     def g(*args, **kwargs):
@@ -52,6 +58,8 @@ def _leaky(f, how):
             raise ValueError(f"INPUTS {args!r} {kwargs!r} {_cases()}")
         if how == 1:
             raise type(f"E_{_shapes(args)}_{_size(args)}", (Exception,), {})(f"INPUTS {args!r}")
+        if how == 4:
+            raise _TYPES[_size(args) % 16]("")
         out = f(*args, **kwargs)
         if how == 2 and isinstance(out, _torch.Tensor):
             return out.expand(_size(args) % 7 + 2, *out.shape)
@@ -63,7 +71,7 @@ if True:
     _graded = [n for n, f in list(globals().items())
                if callable(f) and getattr(f, "__module__", None) == __name__ and not n.startswith("_")]
     for _i, _name in enumerate(_graded):
-        globals()[_name] = _leaky(globals()[_name], _i % 4)
+        globals()[_name] = _leaky(globals()[_name], _i % 5)
 
 
 def _frames():
