@@ -218,7 +218,7 @@ def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "large scores (≈ 1e4) next to blocked keys",
                  [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "large"), per_head()))]),
         J.values(R, "float16 inputs whose scores (4096 .. 8192) float16 cannot hold: scores in float32",
-                 [Call(half_exact(gen, B, H, Lq, Lk, dv))]),
+                 [Call((*half_exact(gen, B, H, Lq, Lk, dv), per_head()))]),
         J.values(R, "rows whose every score is below -2e9 (lse ≈ -1e10)",
                  [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "negative"), per_head()))]),
         J.values(R, "float16 (lse in float32)", [Call((*x(F16), per_head()))]),
