@@ -32,14 +32,8 @@ MIN_CHARS = 20  # a shorter line (`return mask`, `pos = torch.arange(n)`) is an 
 
 #: (normalised solution line, where it is found) -> why it may stay. Each entry says why.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    # TODO(coordinator): chapter 8 builds the online softmax in its own code, one step at a
-    # time, and tiled_attention (8.1) is that loop over tiles; the chapters' owners decide.
-    ('m_new=torch.maximum(m,s.amax(dim=-1,keepdim=True))', "book/08_speed.ipynb"):
-        "TODO(coordinator): chapter 8 cell 12 shows the online-softmax update",
-    ('rescale=torch.exp(m-shift)', "book/08_speed.ipynb"):
-        "TODO(coordinator): chapter 8 cell 12 shows the online-softmax update",
-    ('l=l*rescale+p.sum(dim=-1,keepdim=True)', "book/08_speed.ipynb"):
-        "TODO(coordinator): chapter 8 cell 12 shows the online-softmax update",
+    # (normalised line, where): why a solution line may stand there. None today: chapter 8's cell that
+    # spelled out the online-softmax update is a predict-then-run prompt over attnmask now.
 }
 
 
