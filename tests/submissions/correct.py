@@ -476,3 +476,52 @@ def decay_mask(log_gates, doc_ids=None):
     if doc_ids is not None:
         keep = keep & (doc_ids[:, :, None] == doc_ids[:, None, :])
     return torch.exp(seg.masked_fill(~keep, float("-inf")))
+
+
+def find_leaking_layer(model, x: torch.Tensor) -> int | None:
+    """The index of the first layer at which the model's output starts to depend on the future.
+
+    Args:
+        model: has model.layers, a list of callables (L, D) -> (L, D) applied in order.
+        x: float (L, D), the input at which the influence is measured.
+
+    Returns:
+        The smallest k such that layers[:k + 1] applied to x has an influence entry [i, j] with
+        j > i above 1e-3 times the matrix's largest entry; None when no prefix has one.
+    """
+    layers = list(model.layers)
+    for k in range(len(layers)):
+
+        def prefix(h, first=layers[:k + 1]):  # layers 0..k, bound now (not the loop's last k)
+            for layer in first:
+                h = layer(h)
+            return h
+
+        infl = influence_matrix(prefix, x)  # (L, L)
+        future = infl.triu(diagonal=1)  # entries [i, j] with j > i
+        if bool((future > 1e-3 * infl.max()).any()):
+            return k
+    return None
+
+
+def leaks_across_padding(decoder, tokens: torch.Tensor, lengths: torch.Tensor) -> bool:
+    """Whether decoder's outputs at real positions depend on the padding tokens.
+
+    Args:
+        decoder: decoder(tokens, lengths) -> float (B, L, V); decoder.vocab_size is V.
+        tokens: long (B, L), left-padded: row b's real tokens are its last lengths[b].
+        lengths: long (B,), 1 <= lengths[b] <= L.
+
+    Returns:
+        True when refilling the padding with other token ids changes an output at a real position
+        beyond torch.allclose(rtol=1e-4, atol=1e-5); else False.
+    """
+    L, V = tokens.shape[1], decoder.vocab_size
+    real = torch.arange(L, device=tokens.device) >= L - lengths[:, None]  # (B, L): left padding
+    before = decoder(tokens, lengths)  # (B, L, V)
+    for _ in range(3):
+        shift = torch.randint(1, V, tokens.shape, device=tokens.device)  # every padding token changes
+        after = decoder(torch.where(real, tokens, (tokens + shift) % V), lengths)
+        if not torch.allclose(after[real], before[real], rtol=1e-4, atol=1e-5):
+            return True
+    return False

@@ -225,3 +225,207 @@ def chunked_local_mask(Lq, Lk, chunk, *, device=None):
     p = torch.arange(Lk - Lq, Lk, device=device)[:, None]
     j = torch.arange(Lk, device=device)[None, :]
     return (j <= p) & (p - j < chunk)  # a sliding window of `chunk` keys, not a chunk
+
+
+# Correct answers to the exercises added in the fifth step (the report tests list every exercise).
+
+def find_leaking_layer(model, x: torch.Tensor) -> int | None:
+    """The index of the first layer at which the model's output starts to depend on the future.
+
+    Args:
+        model: has model.layers, a list of callables (L, D) -> (L, D) applied in order.
+        x: float (L, D), the input at which the influence is measured.
+
+    Returns:
+        The smallest k such that layers[:k + 1] applied to x has an influence entry [i, j] with
+        j > i above 1e-3 times the matrix's largest entry; None when no prefix has one.
+    """
+    layers = list(model.layers)
+    for k in range(len(layers)):
+
+        def prefix(h, first=layers[:k + 1]):  # layers 0..k, bound now (not the loop's last k)
+            for layer in first:
+                h = layer(h)
+            return h
+
+        infl = influence_matrix(prefix, x)  # (L, L)
+        future = infl.triu(diagonal=1)  # entries [i, j] with j > i
+        if bool((future > 1e-3 * infl.max()).any()):
+            return k
+    return None
+
+
+def leaks_across_padding(decoder, tokens: torch.Tensor, lengths: torch.Tensor) -> bool:
+    """Whether decoder's outputs at real positions depend on the padding tokens.
+
+    Args:
+        decoder: decoder(tokens, lengths) -> float (B, L, V); decoder.vocab_size is V.
+        tokens: long (B, L), left-padded: row b's real tokens are its last lengths[b].
+        lengths: long (B,), 1 <= lengths[b] <= L.
+
+    Returns:
+        True when refilling the padding with other token ids changes an output at a real position
+        beyond torch.allclose(rtol=1e-4, atol=1e-5); else False.
+    """
+    L, V = tokens.shape[1], decoder.vocab_size
+    real = torch.arange(L, device=tokens.device) >= L - lengths[:, None]  # (B, L): left padding
+    before = decoder(tokens, lengths)  # (B, L, V)
+    for _ in range(3):
+        shift = torch.randint(1, V, tokens.shape, device=tokens.device)  # every padding token changes
+        after = decoder(torch.where(real, tokens, (tokens + shift) % V), lengths)
+        if not torch.allclose(after[real], before[real], rtol=1e-4, atol=1e-5):
+            return True
+    return False
+
+
+def padded_chunked_mask(attention_mask: torch.Tensor, Lq: int, chunk: int) -> torch.Tensor:
+    """Chunked local attention over left-padded rows (transformers' chunked overlay with left padding).
+
+    Args:
+        attention_mask: bool (B, Lk), True = a real token; left padding is the leading False of a row.
+        Lq: the queries are the last Lq of the Lk positions, 1 <= Lq <= Lk. chunk: chunk size, >= 1.
+
+    Returns:
+        bool (B, 1, Lq, Lk): query i of row b at p = Lk - Lq + i sees key j iff attention_mask[b, j], j <= p
+        and (j - pad_b) // chunk == (p - pad_b) // chunk, pad_b the number of leading False of row b.
+    """
+    Lk = attention_mask.shape[-1]
+    if Lq < 1 or Lq > Lk or chunk < 1:
+        raise ValueError(f"expected 1 <= Lq <= Lk and chunk >= 1; got Lq = {Lq}, Lk = {Lk}, chunk = {chunk}")
+    device = attention_mask.device
+    pad = (attention_mask.long().cumsum(dim=-1) == 0).sum(dim=-1)[:, None, None, None]  # (B, 1, 1, 1)
+    p = torch.arange(Lk - Lq, Lk, device=device)[:, None]  # (Lq, 1)
+    j = torch.arange(Lk, device=device)[None, :]  # (1, Lk)
+    same_chunk = (j - pad).div(chunk, rounding_mode="floor") == (p - pad).div(chunk, rounding_mode="floor")
+    return (j <= p) & same_chunk & attention_mask[:, None, None, :]  # (B, 1, Lq, Lk)
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int,
+                   layout: str = "zigzag") -> tuple[torch.Tensor, torch.Tensor, list]:
+    """Causal attention on a simulated ring of `world` ranks (context parallelism).
+
+    Args:
+        q, k: (B, H, L, d). v: (B, H, L, dv). world: ranks, 2·world divides L.
+        layout: "zigzag" (rank r owns chunks r and 2·world - 1 - r) or "contiguous" (chunks 2r and 2r + 1).
+
+    Returns:
+        (out (B, H, L, dv) in q's dtype, lse (B, H, L) float32, in global order;
+         steps: a list of `world` lists, steps[r] the (out_s (B, H, 2c, dv), lse_s (B, H, 2c)) of each step
+         rank r ran, in ring order, all-False steps skipped).
+    """
+    L = q.shape[-2]
+    if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
+        raise ValueError(f"expected 2·world dividing L and layout 'zigzag' or 'contiguous'; "
+                         f"got L = {L}, world = {world}, layout = {layout!r}")
+    c = L // (2 * world)
+    t = torch.arange(c, device=q.device)
+
+    def positions(r):  # (2c,): the global positions of rank r's tokens, in local order
+        first, second = (r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1)
+        return torch.cat([first * c + t, second * c + t])
+
+    mine = [positions(r) for r in range(world)]
+    held = [(k[..., p, :], v[..., p, :], p) for p in mine]  # held[r]: the shard rank r holds now
+    running = [None] * world
+    steps = [[] for _ in range(world)]
+    for _ in range(world):
+        for r in range(world):
+            k_s, v_s, k_pos = held[r]
+            allowed = mine[r][:, None] >= k_pos[None, :]  # (2c, 2c), by global position
+            if not bool(allowed.any()):
+                continue  # nothing to attend: skipped, as a kernel skips it
+            part = attention_lse(q[..., mine[r], :], k_s, v_s, allowed)
+            steps[r].append(part)
+            running[r] = part if running[r] is None else merge_partials(*running[r], *part)
+        held = held[-1:] + held[:-1]  # every rank passes its shard on to rank r + 1
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    for r in range(world):  # its own shard (step 0) always has allowed keys
+        out[..., mine[r], :], lse[..., mine[r]] = running[r]
+    return out, lse, steps
+
+
+def cascade_attention(q: torch.Tensor, prefix_k: torch.Tensor, prefix_v: torch.Tensor,
+                      suffix_k: torch.Tensor, suffix_v: torch.Tensor,
+                      suffix_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoding step of N sequences sharing a prefix: the prefix read once, each suffix alone, merged.
+
+    Args:
+        q: (N, H, d). prefix_k: (H, P, d). prefix_v: (H, P, dv).
+        suffix_k: (N, H, S, d). suffix_v: (N, H, S, dv).
+        suffix_lengths: long (N,), 0 <= n <= S: the real keys of each suffix (the rest is padding).
+
+    Returns:
+        (out (N, H, dv) in q's dtype, lse (N, H) float32): attention over the prefix and the real
+        suffix keys.
+    """
+    N, H, d = q.shape
+    S = suffix_k.shape[2]
+    if prefix_k.dim() != 3 or prefix_k.shape[0] != H or suffix_k.shape[:2] != (N, H) \
+            or suffix_v.shape[:3] != (N, H, S) or suffix_lengths.shape != (N,):
+        raise ValueError(f"expected q (N, H, d), prefix (H, P, .), suffix (N, H, S, .), suffix_lengths (N,); "
+                         f"got {tuple(q.shape)}, {tuple(prefix_k.shape)}, {tuple(suffix_k.shape)}, "
+                         f"{tuple(suffix_lengths.shape)}")
+    if bool((suffix_lengths < 0).any()) or bool((suffix_lengths > S).any()):
+        raise ValueError(f"suffix_lengths must lie in 0 .. S = {S}; got {suffix_lengths.tolist()}")
+    rows = q.transpose(0, 1).unsqueeze(0)  # (1, H, N, d): every sequence's query, side by side
+    shared_out, shared_lse = attention_lse(rows, prefix_k.unsqueeze(0), prefix_v.unsqueeze(0))  # read once
+    shared_out, shared_lse = shared_out[0].transpose(0, 1), shared_lse[0].transpose(0, 1)  # (N, H, .)
+    real = torch.arange(S, device=q.device) < suffix_lengths.to(q.device)[:, None]  # (N, S)
+    own_out, own_lse = attention_lse(q.unsqueeze(2), suffix_k, suffix_v, real[:, None, None, :])
+    return merge_partials(shared_out, shared_lse, own_out[:, :, 0], own_lse[:, :, 0])
+
+
+def sink_attention(q, k, v, sinks, mask=None):
+    s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    sink = sinks.float().view(-1, 1)  # (H, 1): broadcasts against (B, H, Lq)
+    m = torch.maximum(s.amax(dim=-1), sink).detach()  # (B, H, Lq): finite, the sink is
+    e = torch.exp(s - m[..., None])  # (B, H, Lq, Lk), 0 where blocked
+    total = torch.exp(sink - m) + e.sum(dim=-1)  # (B, H, Lq)
+    return (e / total[..., None] @ v.float()).to(q.dtype)
+
+
+def topk_selection_mask(index_scores, k, *, causal=True):
+    if k < 1:
+        raise ValueError(f"k = {k}: each query must keep at least one key (k >= 1)")
+    _, Lq, Lk = index_scores.shape
+    dev = index_scores.device
+    visible = ~torch.isnan(index_scores)  # (B, Lq, Lk)
+    if causal:
+        p = (Lk - Lq + torch.arange(Lq, device=dev))[:, None]  # (Lq, 1)
+        visible = visible & (torch.arange(Lk, device=dev) <= p)
+    by_score = torch.sort(index_scores.masked_fill(~visible, float("-inf")), dim=-1, descending=True,
+                          stable=True).indices
+    first = torch.sort(visible.gather(-1, by_score).to(torch.uint8), dim=-1, descending=True,
+                       stable=True).indices
+    order = by_score.gather(-1, first)  # (B, Lq, Lk): key indices, best first
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(Lk, device=dev).expand_as(order))
+    return visible & (rank < k)
+
+
+def block_diffusion_mask(L, block, *, device=None):
+    if block < 1 or L < 1 or L % block:
+        raise ValueError(f"block = {block} must be >= 1 and divide L = {L}")
+    t = torch.arange(2 * L, device=device)
+    clean = t >= L  # (2L,)
+    blk = (t % L) // block  # (2L,)
+    q_clean, kv_clean = clean[:, None], clean[None, :]
+    q_blk, kv_blk = blk[:, None], blk[None, :]
+    own_noisy = ~q_clean & ~kv_clean & (q_blk == kv_blk)
+    earlier_clean = ~q_clean & kv_clean & (kv_blk < q_blk)
+    block_causal = q_clean & kv_clean & (kv_blk <= q_blk)
+    return own_noisy | earlier_clean | block_causal  # (2L, 2L)
+
+
+def decay_mask(log_gates, doc_ids=None):
+    g = log_gates.float()
+    L = g.shape[-1]
+    i = torch.arange(L, device=g.device)
+    terms = g[:, :, None].masked_fill(i[:, None] <= i[None, :], 0.0)  # (B, L, L): [b, t, j]
+    seg = terms.cumsum(dim=1)  # (B, L, L): [b, i, j]
+    keep = i[:, None] >= i[None, :]
+    if doc_ids is not None:
+        keep = keep & (doc_ids[:, :, None] == doc_ids[:, None, :])
+    return torch.exp(seg.masked_fill(~keep, float("-inf")))
