@@ -16,5 +16,7 @@ Listed from the ground up: each module imports only modules listed above it.
 * :mod:`.worker` -- the child: measures its sandbox, loads the submission, runs the calls, reports;
 * :mod:`.forkserver` -- fork servers: a process forked per request, with torch already imported;
 * :mod:`.zygote` -- the workers' fork server, inside bubblewrap;
-* :mod:`.supervisor` -- the parent's side: start, feed, watch and replace workers.
+* :mod:`.readback` -- what a worker leaves behind, read back: its records, its output, a crash's line;
+* :mod:`.popen` -- one worker process seen from the parent: fork, bound, feed, read and end it;
+* :mod:`.supervisor` -- the parent's side: drive workers through the status protocol, replace them.
 """

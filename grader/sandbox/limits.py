@@ -1,6 +1,6 @@
 """What a worker is given: its limits, its environment, and the names of what it reports.
 
-Both sides read these: the parent (:mod:`grader.sandbox.supervisor`, the engine,
+Both sides read these: the parent (:mod:`grader.sandbox.popen`, the supervisor, the engine,
 the notebook's ``check``) and the worker itself (:mod:`grader.sandbox.worker`).
 Only the standard library is imported here.
 """
