@@ -17,7 +17,7 @@ import tracemalloc
 from pathlib import Path
 
 from grader import safetext, submission
-from grader.runners import classroom, merge
+from grader.runners.classmode import classroom, merge
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = ("causal_mask", "attention")
