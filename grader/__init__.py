@@ -1,11 +1,11 @@
 """The course autograder.
 
 * ``python -m grader SUBMISSION`` grades a notebook, a .py file or a folder of
-  them (see :mod:`grader.runners.cli`).
+  them (see :mod:`grader.runners.single.cli`).
 * ``grader.grade(path, seed=...)`` does the same in-process and returns a
   :class:`~grader.results.Report` (see :mod:`grader.engine`).
 * ``from grader import check; check(causal_mask)`` runs an exercise's public
-  checks inside a notebook (see :mod:`grader.runners.notebook`).
+  checks inside a notebook (see :mod:`grader.runners.single.notebook`).
 
 A submission's files are read only through :mod:`grader.files` (plain files, never
 through a link, within size limits).
@@ -22,8 +22,8 @@ _LAZY = {
     "grade": ("engine", "grade"),
     "DEFAULT_SEED": ("engine", "DEFAULT_SEED"),
     "Report": ("results", "Report"),
-    "check": ("runners.notebook", "check"),
-    "check_all": ("runners.notebook", "check_all"),
+    "check": ("runners.single.notebook", "check"),
+    "check_all": ("runners.single.notebook", "check_all"),
     "explore": ("explore_cells", "explore"),
 }
 

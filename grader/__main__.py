@@ -1,17 +1,18 @@
 """``python -m grader``: one command; a subcommand, when one is named first, picks the runner.
 
-    python -m grader SUBMISSION [...]        grade one submission      (grader.runners.cli)
-    python -m grader class SUBMISSIONS OUT   grade a class             (grader.runners.classroom)
-    python -m grader merge OUT... --out DIR  merge a sharded class    (grader.runners.merge)
-    python -m grader repos list ORG PREFIX   an assignment's repositories, all of them  (grader.runners.repos)
-    python -m grader release [--check]       write exercises/ from solutions/  (grader.runners.release)
-    python -m grader gradescope build DIR    the Gradescope bundle     (grader.runners.gradescope)
-    python -m grader template DEST           GitHub Classroom's template repository (grader.runners.github)
-    python -m grader gh-outputs RESULTS      the retired GitHub Classroom's outputs  (grader.runners.github)
-    python -m grader classroom50 build OUT   Classroom 50's autograder folder  (grader.runners.classroom50)
-    python -m grader classroom50 publish DIR the grades in Classroom 50's gradebook
-                                                                (grader.runners.classroom50_publish)
-    python -m grader export --format F       a gradebook import file   (grader.runners.export)
+The runner of each, under ``grader.runners``:
+
+    python -m grader SUBMISSION [...]        grade one submission                single.cli
+    python -m grader release [--check]       write exercises/ from solutions/    single.release
+    python -m grader class SUBMISSIONS OUT   grade a class                       classmode.classroom
+    python -m grader merge OUT... --out DIR  merge a sharded class               classmode.merge
+    python -m grader repos list ORG PREFIX   an assignment's repositories        platforms.repos
+    python -m grader gradescope build DIR    the Gradescope bundle               platforms.gradescope
+    python -m grader template DEST           GitHub Classroom's template         platforms.github
+    python -m grader gh-outputs RESULTS      retired GitHub Classroom's outputs  platforms.github
+    python -m grader classroom50 build OUT   Classroom 50's autograder folder    platforms.classroom50
+    python -m grader classroom50 publish DIR grades into its gradebook           platforms.classroom50_publish
+    python -m grader export --format F       a gradebook import file             platforms.export
 """
 
 from __future__ import annotations
@@ -46,29 +47,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(clash, file=sys.stderr)
     name, rest = (argv[0], argv[1:]) if argv else ("", [])
     if name == "class":
-        from .runners.classroom import main as run
+        from .runners.classmode.classroom import main as run
     elif name == "merge":
-        from .runners.merge import main as run
+        from .runners.classmode.merge import main as run
     elif name == "repos":
-        from .runners.repos import main as run
+        from .runners.platforms.repos import main as run
     elif name == "release":
-        from .runners.release import main as run
+        from .runners.single.release import main as run
     elif name == "gradescope":
-        from .runners.gradescope import main as run
+        from .runners.platforms.gradescope import main as run
     elif name == "template":
-        from .runners.github import template_main as run
+        from .runners.platforms.github import template_main as run
     elif name == "gh-outputs":
-        from .runners.github import gh_outputs_main as run
+        from .runners.platforms.github import gh_outputs_main as run
     elif name == "classroom50":
-        from .runners.classroom50_publish import command as run
+        from .runners.platforms.classroom50_publish import command as run
     elif name == "export":
-        from .runners.export import main as run
+        from .runners.platforms.export import main as run
     else:
         typo = _not_a_subcommand(name)
         if typo:
             print(f"python -m grader: error: {typo}", file=sys.stderr)
             return 2
-        from .runners.cli import main as run
+        from .runners.single.cli import main as run
 
         rest = argv
     return run(rest)

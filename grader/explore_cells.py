@@ -23,7 +23,7 @@ import re
 from types import TracebackType
 
 #: The release's stub raises ``NotImplementedError("<function>: <hint> (see exercise N.M)")``
-#: (:mod:`grader.runners.release`); torch's own NotImplementedError (no kernel) does not match.
+#: (:mod:`grader.runners.single.release`); torch's own NotImplementedError (no kernel) does not match.
 _STUB = re.compile(r"^(?P<name>[A-Za-z_]\w*): .*\(see exercise (?P<exercise>\d+\.\d+)\)\s*$", re.S)
 
 

@@ -1,7 +1,7 @@
 """What grading produced: per-check verdicts, per-exercise scores, the report.
 
 Plain dataclasses, shared by the CLI (:mod:`grader.engine`), the in-notebook
-check (:mod:`grader.runners.notebook`) and whatever grades a whole class. Timings are
+check (:mod:`grader.runners.single.notebook`) and whatever grades a whole class. Timings are
 kept apart (``execution_time``) so that :meth:`Report.to_dict` is the same for
 two runs with the same seed.
 """

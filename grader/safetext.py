@@ -61,7 +61,7 @@ _COMPONENT = re.compile(r"[A-Za-z0-9._@+-]{1,200}")
 
 def component(s: Any) -> bool:
     """Whether ``s`` may name one folder inside an output folder: the characters class mode
-    gives a slug (:func:`grader.runners.roster.discover`), not ``.`` or ``..``, no separator."""
+    gives a slug (:func:`grader.runners.classmode.roster.discover`), not ``.`` or ``..``, no separator."""
     return isinstance(s, str) and bool(_COMPONENT.fullmatch(s)) and s not in (".", "..")
 
 

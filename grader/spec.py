@@ -91,7 +91,7 @@ class Check:
     #: constant can pass; earns only once a general "value" check of the exercise passes.
     #: "property": a necessary condition (dtype, device, inputs unchanged, an
     #: invariance) that even a constant function can meet; it takes points away
-    #: when it fails and never earns any alone (see grader.runners.scores).
+    #: when it fails and never earns any alone (see grader.runners.classmode.scores).
     kind: str = "value"
 
 

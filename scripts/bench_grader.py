@@ -138,7 +138,7 @@ def main() -> None:
     if not args.skip_notebook:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         bench_notebook(args.repeat, ROOT, env, "the course (the reference computes the public checks)")
-        from grader.runners.github import build_template
+        from grader.runners.platforms.github import build_template
 
         tmp = Path(tempfile.mkdtemp())
         template = build_template(ROOT, tmp / "template")

@@ -28,7 +28,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the sandbox", ("grader.sandbox", "grader.sandbox.*")),
     ("reports", ("grader.report", "grader.terminal")),
     ("the engine", ("grader.verdicts", "grader.engine")),
-    ("runners", ("grader.runners", "grader.runners.*")),
+    ("a single grading", ("grader.runners", "grader.runners.single", "grader.runners.single.*")),
+    ("a class run", ("grader.runners.classmode", "grader.runners.classmode.*")),
+    ("the platforms", ("grader.runners.platforms", "grader.runners.platforms.*")),
     ("the command", ("grader.__main__",)),
 ]
 FACE = "grader"
@@ -164,7 +166,7 @@ def test_the_engine_starts_its_worker_before_torch_is_imported():
     import subprocess
     import sys
 
-    code = ("import sys; import grader.engine, grader.report, grader.runners.cli, grader.verdicts; "
+    code = ("import sys; import grader.engine, grader.report, grader.runners.single.cli, grader.verdicts; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners import classroom, sheets
+from grader.runners.classmode import classroom, sheets
 
 FAKE = r'''
 import json, sys
@@ -86,7 +86,7 @@ CANVAS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 
 
 def export(out: Path, *args: str) -> list[list[str]]:
-    from grader.runners import export as export_mod
+    from grader.runners.platforms import export as export_mod
 
     target = out / "export.csv"
     assert export_mod.main([str(out), *args, "--out", str(target)]) == 0
@@ -141,7 +141,7 @@ def test_moodle_without_a_roster_uses_the_folder_name_and_escapes_it(tmp_path, f
 
 
 def test_a_folder_without_a_class_run_is_one_clear_message(tmp_path):
-    from grader.runners import export as export_mod
+    from grader.runners.platforms import export as export_mod
 
     with pytest.raises(SystemExit, match="no class-run.json"):
         export_mod.main([str(tmp_path), "--format", "canvas"])

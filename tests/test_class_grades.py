@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from grader import engine
-from grader.runners import classroom
-from grader.runners.scores import _fmt, contract_exercises
+from grader.runners.classmode import classroom
+from grader.runners.classmode.scores import _fmt, contract_exercises
 
 REPO = Path(__file__).resolve().parents[1]
 DUE = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)

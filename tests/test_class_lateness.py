@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners import classroom, lateness
+from grader.runners.classmode import classroom, lateness
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -11,7 +11,7 @@ import pytest
 
 from grader import checks
 from grader.checks import judges
-from grader.runners import cli
+from grader.runners.single import cli
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = "271828182845904523536028747135266249775"

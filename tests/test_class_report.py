@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners import classreport, classroom
+from grader.runners.classmode import classreport, classroom
 
 REPO = Path(__file__).resolve().parent.parent
 CORRECT = (REPO / "tests" / "buggy" / "correct.py").read_text()
@@ -124,7 +124,7 @@ def test_the_report_opens_from_file_in_a_browser(graded):
 def test_the_report_shows_what_students_wrote_never_the_reference(tmp_path):
     """A student flagged against the reference: the report shows the student's function, not
     the reference's (solutions/ holds 'BEGIN SOLUTION' blocks), and is the instructor's alone."""
-    from grader.runners import similarity
+    from grader.runners.classmode import similarity
 
     refs = similarity.references(["multi_head_attention"])["multi_head_attention"]
     solution = next(src for where, src in refs if "solutions/" in where)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners import classroom, lateness, merge, repos, rosterfile
-from grader.runners.shards import shard_of
+from grader.runners.classmode import classroom, lateness, merge, rosterfile
+from grader.runners.classmode.shards import shard_of
+from grader.runners.platforms import repos
 
 FAKE = r'''
 import json, sys

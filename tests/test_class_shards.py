@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.runners import classroom, merge, shards
-from grader.runners.scores import _fmt
+from grader.runners.classmode import classroom, merge, shards
+from grader.runners.classmode.scores import _fmt
 
 REPO = Path(__file__).resolve().parent.parent
 EXERCISES = ("causal_mask", "attention")
@@ -75,7 +75,7 @@ def test_the_split_is_sha256_of_the_name_and_the_same_in_every_process():
     assert split == [int.from_bytes(hashlib.sha256(n.encode()).digest()[:8], "big") % 7 for n in names]
     assert set(split) == set(range(7))  # 200 names reach every shard
     # Python's own hash() is salted per process: the split must not depend on it.
-    code = ("from grader.runners.shards import shard_of; "
+    code = ("from grader.runners.classmode.shards import shard_of; "
             "print([shard_of(f'student{i}', 7) for i in range(200)])")
     for salt in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": salt, "PYTHONPATH": str(REPO)}

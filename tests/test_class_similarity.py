@@ -10,9 +10,9 @@ import pytest
 from buggy.variants import STUDENTS
 
 from grader.results import PASSED
-from grader.runners import similarity
-from grader.runners.notebook import run_public
-from grader.runners.scores import contract_exercises
+from grader.runners.classmode import similarity
+from grader.runners.classmode.scores import contract_exercises
+from grader.runners.single.notebook import run_public
 
 REPO = Path(__file__).resolve().parent.parent
 EXERCISES = contract_exercises()
@@ -112,7 +112,7 @@ def test_the_functions_read_for_the_report_are_read_as_the_grader_reads_them(tmp
     import shutil
     import threading
 
-    from grader.runners import similarity
+    from grader.runners.classmode import similarity
 
     repo = Path(__file__).resolve().parent.parent
     sub = tmp_path / "sub"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners import classreport, classroom, lateness, merge, roster
+from grader.runners.classmode import classreport, classroom, lateness, merge, roster
 
 EXERCISES = ("causal_mask", "attention")
 FAKE = r"""
@@ -248,7 +248,8 @@ def test_the_class_report_counts_not_found_as_its_own_category(tmp_path):
 def test_the_hand_in_time_is_the_releases_not_the_tags_name_nor_the_commits(tmp_path, capsys):
     """``repos tags``: the clone list, and the roster's submitted column from each tag's Release
     (GitHub's clock); a student without a tag is not cloned and has no time."""
-    from grader.runners import repos, rosterfile
+    from grader.runners.classmode import rosterfile
+    from grader.runners.platforms import repos
 
     tags = {"ml-masks-ann": ["submit/2026-02-20T00-00-00Z-aaaaaaa"], "ml-masks-ben": []}
     calls = []
@@ -270,7 +271,7 @@ def test_the_hand_in_time_is_the_releases_not_the_tags_name_nor_the_commits(tmp_
 
 
 def test_the_canvas_export_matches_exactly_and_refuses_two_matches():
-    from grader.runners import export
+    from grader.runners.platforms import export
 
     person = {"Student": "Bob Roe", "ID": "7", "SIS User ID": "", "SIS Login ID": "bob", "Section": ""}
     rows = [{"student": "Bob", "total": 0.0}, {"student": "bob", "total": 2.5}]

@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners import classroom, github, processes, scores
-from grader.runners.classroom import grade_class
-from grader.runners.github import runtime_requirements
-from grader.runners.roster import discover
-from grader.runners.scores import exercise_of
+from grader.runners.classmode import classroom, processes, scores
+from grader.runners.classmode.classroom import grade_class
+from grader.runners.classmode.roster import discover
+from grader.runners.classmode.scores import exercise_of
+from grader.runners.platforms import github
+from grader.runners.platforms.github import runtime_requirements
 from grader.sandbox import procs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -232,7 +233,7 @@ def test_grader_fingerprint_follows_the_sources(tmp_path, monkeypatch):
     assert fp == classroom.grader_fingerprint() and len(fp) == 16
     fake_pkg = tmp_path / "grader"
     shutil.copytree(REPO / "grader", fake_pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(classroom, "__file__", str(fake_pkg / "runners" / "classroom.py"))
+    monkeypatch.setattr(classroom, "__file__", str(fake_pkg / "runners" / "classmode" / "classroom.py"))
     same = classroom.grader_fingerprint()
     changed = fake_pkg / "sandbox" / "worker.py"  # any of the grader's files, in any of its folders
     changed.write_text(changed.read_text() + "# changed\n")
@@ -459,7 +460,7 @@ def test_ctrl_c_stops_the_class_at_once_and_a_rerun_resumes(tmp_path, fake):
     out = tmp_path / "out"
     driver = tmp_path / "driver.py"
     driver.write_text(
-        "import sys\nfrom grader.runners import classroom\n"
+        "import sys\nfrom grader.runners.classmode import classroom\n"
         f"cmd = lambda s, r, seed, e: [sys.executable, {str(tmp_path / 'fake_grader.py')!r}, str(s), str(r), "
         "str(seed), *e]\n"
         f"classroom.main([{str(subs)!r}, '--out', {str(out)!r}, '--jobs', '3', '--seed', '1',"

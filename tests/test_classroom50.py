@@ -30,8 +30,8 @@ from buggy import mistakes
 
 from grader import engine
 from grader.report import checks_lines
-from grader.runners import classroom50
-from grader.runners.notebook import run_public
+from grader.runners.platforms import classroom50
+from grader.runners.single.notebook import run_public
 
 REPO = Path(__file__).resolve().parents[1]
 #: The course's whole points, as Classroom 50 posts them: the registry's points apportioned.

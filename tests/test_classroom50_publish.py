@@ -31,7 +31,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from grader.runners import classroom, classroom50, classroom50_publish, feedback
+from grader.runners.classmode import classroom, feedback
+from grader.runners.platforms import classroom50, classroom50_publish
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{1,99}$")
 STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$")

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from grader.explore_cells import TAG, explore_block
-from grader.runners import release
+from grader.runners.single import release
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("ex*.ipynb"))

@@ -90,7 +90,7 @@ def test_help_lists_the_options():
 
 
 def test_broken_grader_exits_1_with_results_file(tmp_path, monkeypatch):
-    from grader.runners import cli
+    from grader.runners.single import cli
 
     def broken():
         raise SyntaxError("invalid syntax in a check module")

@@ -11,7 +11,7 @@ import pytest
 
 from grader import engine, submission
 from grader.results import NOT_FOUND, NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED
-from grader.runners import cli
+from grader.runners.single import cli
 
 ROOT = Path(__file__).parent.parent
 SUBMISSIONS = Path(__file__).parent / "submissions"

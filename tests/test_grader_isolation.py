@@ -24,7 +24,7 @@ import torch
 
 from grader import engine, rules, submission, verdicts
 from grader.results import CRASHED, FAILED, NOT_FOUND, PASSED, TIMED_OUT
-from grader.runners import cli
+from grader.runners.single import cli
 from grader.sandbox import channel, supervisor
 from grader.spec import Call, Check, NotATensor, Outcome, Verdict
 

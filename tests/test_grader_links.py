@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from grader import engine, files, submission
-from grader.runners import roster
-from grader.runners.classroom import grade_class
+from grader.runners.classmode import roster
+from grader.runners.classmode.classroom import grade_class
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "ex01_leakage.ipynb"

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import attnmask
 from grader import check, check_all
-from grader.runners.notebook import run_public, text
+from grader.runners.single.notebook import run_public, text
 
 ROOT = Path(__file__).parent.parent
 

@@ -19,7 +19,7 @@ import pytest
 
 from grader import engine
 from grader.results import CRASHED, FAILED, PASSED, TIMED_OUT
-from grader.runners import cli
+from grader.runners.single import cli
 from grader.sandbox import channel, status
 from grader.sandbox.limits import ChannelError
 

@@ -14,7 +14,7 @@ import torch
 
 from grader import engine, report
 from grader.results import FAILED, PARTIAL, PASSED, SKIPPED, CheckResult, ExerciseResult, Report
-from grader.runners import cli
+from grader.runners.single import cli
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.runners.gradescope import build
+from grader.runners.platforms.gradescope import build
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 4242
@@ -91,7 +91,7 @@ def test_bundle_holds_what_gradescope_needs(bundle):
         seed = zf.read("grader_seed").decode().strip()
     # At the zip's root, not under a folder: Gradescope looks there.
     assert {"setup.sh", "run_autograder", "requirements.txt", "pyproject.toml", "README.md"} <= names
-    assert {"grader/__init__.py", "grader/runners/gradescope.py", "attnmask/__init__.py"} <= names
+    assert {"grader/__init__.py", "grader/runners/platforms/gradescope.py", "attnmask/__init__.py"} <= names
     assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
     assert not any("__pycache__" in n or n.startswith(("solutions/", "tests/")) for n in names)
     assert "torch==2.13.0" in reqs and "-e ." not in reqs and "ruff" not in reqs

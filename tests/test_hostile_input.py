@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from grader import safetext, submission
-from grader.runners import classroom, merge
+from grader.runners.classmode import classroom, merge
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = ("causal_mask", "attention")

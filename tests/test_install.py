@@ -98,7 +98,7 @@ def course(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_the_venv_imports_the_installed_wheel(venv):
-    p = run(venv, "-c", "import grader, grader.runners.cli, grader.sandbox.worker, attnmask; "
+    p = run(venv, "-c", "import grader, grader.runners.single.cli, grader.sandbox.worker, attnmask; "
                         "from grader.checks import recorded; "
                         "print(grader.__file__); print(attnmask.__file__); print(recorded.DATA.is_dir())",
             cwd=venv.parents[2])

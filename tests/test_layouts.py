@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from grader.checks import POINTS
-from grader.runners.classroom import grade_class
+from grader.runners.classmode.classroom import grade_class
 from grader.sandbox import bubblewrap
 
 ROOT = Path(__file__).resolve().parent.parent

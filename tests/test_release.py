@@ -14,7 +14,7 @@ import nbformat
 import pytest
 import torch
 
-from grader.runners import release
+from grader.runners.single import release
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.runners.classroom import grade_class
+from grader.runners.classmode.classroom import grade_class
 from grader.sandbox import bubblewrap
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,8 +134,9 @@ def test_gradescope_locks_the_bundles_answers_before_student_code_runs(tmp_path)
     for pkg in ("grader", "attnmask"):
         shutil.copytree(ROOT / pkg, root / "source" / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PYTHONPATH": str(root / "source")}
-    code = ("import sys; from pathlib import Path; from grader.runners.gradescope import _lock_answers; "
-            "import grader; assert grader.__file__.startswith(sys.argv[1]); _lock_answers(Path(sys.argv[1]))")
+    code = ("import sys; from pathlib import Path; "
+            "from grader.runners.platforms.gradescope import _lock_answers; import grader; "
+            "assert grader.__file__.startswith(sys.argv[1]); _lock_answers(Path(sys.argv[1]))")
     subprocess.run([sys.executable, "-c", code, str(root)], env=env, cwd=root, check=True)
     assert stat.S_IMODE((root / "source" / "attnmask").stat().st_mode) == 0o700
     assert stat.S_IMODE((ROOT / "attnmask").stat().st_mode) != 0o700  # the course itself: untouched

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from grader import seed as seeds
-from grader.runners.gradescope import SEED_FILE, build
+from grader.runners.platforms.gradescope import SEED_FILE, build
 
 
 def test_drawn_seeds_have_128_bits():
@@ -49,7 +49,7 @@ def test_resolution_order_and_errors(monkeypatch, capsys):
 
 def test_gradescope_and_class_mode_draw_128_bit_seeds(tmp_path, monkeypatch):
     monkeypatch.delenv(seeds.SEED_ENV, raising=False)
-    from grader.runners import classroom
+    from grader.runners.classmode import classroom
 
     drawn, origin = seeds.for_command(None)  # what `python -m grader gradescope build` does
     assert drawn >= 2**64 and "random" in origin

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import attnmask
-from grader.runners import github
+from grader.runners.platforms import github
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = (".py", ".ipynb", ".md", ".json", ".toml", ".yml", ".txt", ".sh", ".cfg")

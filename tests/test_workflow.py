@@ -17,7 +17,8 @@ import yaml
 
 from attnmask import CONTRACT
 from grader.__main__ import SUBCOMMANDS
-from grader.runners import classroom, classroom50_publish, github, repos
+from grader.runners.classmode import classroom
+from grader.runners.platforms import classroom50_publish, github, repos
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENT = REPO / "classroom" / "github" / ".github" / "workflows" / "classroom.yml"

@@ -7,7 +7,7 @@ would have been. One mechanism serves two roles:
 * the workers' **zygote** (:mod:`grader.sandbox.zygote`), inside bubblewrap, which
   imports torch and the worker's modules only, and whose children become sandbox
   workers;
-* class mode's **grading server** (:class:`grader.runners.processes.Preloaded`),
+* class mode's **grading server** (:class:`grader.runners.classmode.processes.Preloaded`),
   which imports torch, the reference and the grader, and whose children each grade
   one student with the engine's CLI.
 

@@ -37,4 +37,4 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 "$VPY" -m pip install -q --no-deps "$SRC"
 # Import once now so no student's submission pays for the first-import bytecode compilation, and
 # every subpackage, so that an incomplete install fails here rather than on a student's submission.
-"$VPY" -c "import torch, attnmask, grader.runners.cli, grader.sandbox.worker, grader.checks.recorded; print('autograder ready: torch', torch.__version__)"
+"$VPY" -c "import torch, attnmask, grader.runners.single.cli, grader.sandbox.worker, grader.checks.recorded; print('autograder ready: torch', torch.__version__)"

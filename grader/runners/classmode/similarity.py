@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .. import submission
+from ... import submission
 
 THRESHOLD = 0.8
 #: Runs of evidence a function must keep, on both sides of a pair, to be compared.
@@ -52,7 +52,7 @@ FUNCTIONS_FILE = "functions.json"
 NOTE = ("A flag is information, not a grade change: two functions that normalise alike may come from a "
         "shared study session, a hint in class or the same textbook line. Read the two side by side, talk "
         "to the students, and decide; the grader has changed no score.")
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 
 
 def functions_in(path: Path, names: Iterable[str]) -> dict[str, str]:

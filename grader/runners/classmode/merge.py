@@ -1,6 +1,6 @@
 """``python -m grader merge OUT... --out grades/``: one class from the shards that graded it.
 
-Each shard's ``--out`` folder holds ``class-run.json`` (:mod:`~grader.runners.shards`) and
+Each shard's ``--out`` folder holds ``class-run.json`` (:mod:`~grader.runners.classmode.shards`) and
 one folder per student. The merge refuses shards that were graded differently (another
 grader, exercise list, options, roster or late policy, or seed: the seeds are compared by
 their keyed hashes, never read), then rebuilds every row's scores from that student's
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import safetext
+from ... import safetext
 from . import shards
 from .classrun import write_outputs
 from .roster import slug_of

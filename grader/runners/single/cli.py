@@ -10,7 +10,7 @@ errors (a path that does not exist, an unknown exercise, bad options); 1 when
 the grader itself is broken (its checks do not load). Even then ``--json`` gets
 a results file that says what went wrong.
 
-``python -m grader class ...`` grades a whole class (see :mod:`grader.runners.classroom`); the
+``python -m grader class ...`` grades a whole class (see :mod:`grader.runners.classmode.classroom`); the
 other subcommands are listed in :mod:`grader.__main__`.
 """
 
@@ -22,8 +22,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from .. import seed as seed_mod
-from ..seed import SEED_ENV
+from ... import seed as seed_mod
+from ...seed import SEED_ENV
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -52,7 +52,7 @@ def _json_for_usage_error(argv: Sequence[str], message: str) -> None:
 
 def _usage_json(path: str, message: str) -> None:
     """The results file of a grading refused for a usage error (nothing if it cannot be written)."""
-    from ..report import failure_json
+    from ...report import failure_json
 
     try:
         failure_json(f"Not graded, the grader was called wrongly: {message}", path)
@@ -99,7 +99,7 @@ def build_parser() -> _Parser:
 
 def _seed(args) -> int:
     """--seed, else $GRADER_SEED, else the fixed default (students' local runs)."""
-    from ..engine import DEFAULT_SEED
+    from ...engine import DEFAULT_SEED
 
     return seed_mod.resolve(args.seed, fallback=(DEFAULT_SEED, "the default"))[0]
 
@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
     parser._argv = argv
     args = parser.parse_args(argv)
 
-    from .. import engine, report
+    from ... import engine, report
     from . import scope
 
     try:
@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         stop()
         message = f"internal grader error ({type(e).__name__}: {str(e)[:200]}); please report it"
         if args.json:
-            from ..report import failure_json
+            from ...report import failure_json
 
             try:
                 failure_json(f"Not graded: {message}", args.json)
@@ -207,7 +207,7 @@ def _progress_bar(quiet: bool):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from ..terminal import live_terminal
+    from ...terminal import live_terminal
 
     if not live_terminal(sys.stderr):  # a pipe, a file, a notebook's ! cell: no frames to flood it
         return None, lambda: None

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..sandbox import forkserver
-from ..sandbox.procs import kill_tree
+from ...sandbox import forkserver
+from ...sandbox.procs import kill_tree
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+_PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -96,7 +96,7 @@ def kill_running() -> None:
 
 
 class Preloaded:
-    """Runs the engine's CLI (``grader.runners.cli.main(ARGS)``, the same arguments as
+    """Runs the engine's CLI (``grader.runners.single.cli.main(ARGS)``, the same arguments as
     ``python -m grader ARGS``) in processes forked from a server that has imported torch,
     the reference and the grader once (:mod:`grader.sandbox.forkserver`, the same
     mechanism as the workers' zygote).
@@ -120,7 +120,7 @@ class Preloaded:
         self.env = dict(env)
         if seed is not None:
             env[_PREPARE_ENV] = "public" if public_only else "hidden"
-        self.server = forkserver.Server("grader.runners.processes", env)
+        self.server = forkserver.Server("grader.runners.classmode.processes", env)
         if seed is not None:
             self.server.proc.stdin.write(f"{int(seed)}\n".encode())
             self.server.proc.stdin.flush()
@@ -184,8 +184,8 @@ def _preload() -> None:
     torch.set_num_threads(1)
     import attnmask  # noqa: F401 -- imported here once, for every child
 
-    from .. import engine, report  # noqa: F401
-    from . import cli  # noqa: F401
+    from ... import engine, report  # noqa: F401
+    from ..single import cli  # noqa: F401
 
     engine.load_registry()  # the checks and their judges
     # What a grading imports on the way (the sandbox's side, the report's rich console).
@@ -194,8 +194,8 @@ def _preload() -> None:
     import rich.table  # noqa: F401
     import rich.text  # noqa: F401
 
-    from .. import diagnose, verdicts  # noqa: F401
-    from ..sandbox import channel, supervisor, worker  # noqa: F401
+    from ... import diagnose, verdicts  # noqa: F401
+    from ...sandbox import channel, supervisor, worker  # noqa: F401
 
 
 def _prepare() -> None:
@@ -207,14 +207,14 @@ def _prepare() -> None:
         if not chunk:
             return  # closed before a seed came: nothing to prepare
         line += chunk
-    from .. import checks
+    from ... import checks
 
     checks.prepare_class(int(line), hidden=os.environ.get(_PREPARE_ENV) != "public")
 
 
 def _grade(req: dict, extra: list[int]) -> int:
     """The server's body: one grading, ``python -m grader ARGS`` in a forked child."""
-    from . import cli
+    from ..single import cli
 
     return cli.main([str(a) for a in req["args"]])
 

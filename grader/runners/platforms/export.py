@@ -17,7 +17,8 @@ the assignment's maximum.
   The identifier is the class roster's id when the run had a roster, else the folder name.
 * ``csv``: ``student``, ``id``, ``name``, ``score``, ``max``, ``status``: for anything else.
 
-Every cell goes through :func:`.sheets.cell`: a student's folder name is theirs to choose.
+Every cell goes through :func:`~grader.runners.classmode.sheets.cell`: a student's folder name
+is theirs to choose.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import shards, sheets
-from .scores import _fmt
+from ..classmode import shards, sheets
+from ..classmode.scores import _fmt
 
 FORMATS = ("canvas", "moodle", "csv")
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")

@@ -29,18 +29,18 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import seed as seed_mod
-from ..seed import SEED_ENV
-from .checkout import HERE, course_root
+from ... import seed as seed_mod
+from ...seed import SEED_ENV
+from ..classmode.processes import log_tail, run_limited, single_thread_env
+from ..classmode.roster import grading_target
+from ..classmode.scores import failure_results, read_results
+from ..single.checkout import HERE, course_root
 from .github import runtime_requirements
-from .processes import log_tail, run_limited, single_thread_env
-from .roster import grading_target
-from .scores import failure_results, read_results
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: What the bundle copies from the course repository, besides the packages.
 BUNDLED = ("requirements.txt", "pyproject.toml", "README.md")
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "gradescope"
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "gradescope"
 SEED_FILE = "grader_seed"
 VISIBILITY_FILE = "grader_visibility"
 #: Gradescope's visibility settings for a test's feedback.
@@ -166,8 +166,8 @@ def _lock_answers(root: Path) -> None:
     bubblewrap, where these folders do not exist; this is a second lock on them. Only folders
     inside the autograder (its source and its virtual environment) are touched; the grader
     (root) still reads them."""
-    from ..engine import secret_paths
-    from ..rules import reference_folders
+    from ...engine import secret_paths
+    from ...rules import reference_folders
 
     inside = [os.path.realpath(root), os.path.realpath(sys.prefix)]
     for folder in reference_folders(secret_paths()):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from ..results import NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED, ExerciseResult
+from ...results import NOT_IMPLEMENTED, NOT_IMPLEMENTED_MESSAGE, PASSED, ExerciseResult
 
 _CHECKS: dict[str, list] = {}  # public checks per exercise: built once per kernel
 FULL_GRADER = "python -m grader"
@@ -26,14 +26,14 @@ MEMORY_MB = 2048  # as `python -m grader --memory`'s default
 
 
 def _registry() -> Mapping[str, Any]:
-    from ..engine import load_registry
+    from ...engine import load_registry
 
     return load_registry()
 
 
 def public_checks(name: str) -> list:
     if name not in _CHECKS:
-        from ..engine import DEFAULT_SEED
+        from ...engine import DEFAULT_SEED
 
         _CHECKS[name] = list(_registry()[name].make_checks(DEFAULT_SEED, hidden=False))
     return _CHECKS[name]
@@ -52,8 +52,8 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     """
     import torch
 
-    from .. import engine, rules, verdicts
-    from ..sandbox.limits import TIME_LIMIT
+    from ... import engine, rules, verdicts
+    from ...sandbox.limits import TIME_LIMIT
 
     name = name or fn.__name__
     timeout = engine.DEFAULT_TIMEOUT if timeout is None else timeout
@@ -105,9 +105,9 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
 
 def _call(fn: Callable, call, want_grads: bool, left: float, limited: bool):
     """One call with what is left of the exercise's time, as the worker makes it."""
-    from ..sandbox.execute import execute, execute_limited, reseed
-    from ..sandbox.limits import CALL_SEED, NOT_RUN, TIME_LIMIT
-    from ..spec import Outcome
+    from ...sandbox.execute import execute, execute_limited, reseed
+    from ...sandbox.limits import CALL_SEED, NOT_RUN, TIME_LIMIT
+    from ...spec import Outcome
 
     if left <= 0:
         return Outcome(error=f"{TIME_LIMIT}: {NOT_RUN}, the exercise's time was used up")
@@ -130,7 +130,7 @@ def _deferred_imports():
     "device= (meta)" checks) would import dynamo, about as long as importing torch itself, only to
     learn that nothing is compiled. Stand-ins that are still in place afterwards are taken out, so
     that the student's own imports get the real modules."""
-    from ..sandbox import deferred
+    from ...sandbox import deferred
 
     placed = deferred.install()
     try:
@@ -180,7 +180,7 @@ def checks_lines(result: ExerciseResult, indent: str = "    ") -> list[str]:
     message an earlier failing check already gave is not repeated: the first one's line says it once,
     with its detail, and one line after it counts the others (a forbidden call fails every check with
     the same words)."""
-    from ..report import MARK
+    from ...report import MARK
 
     failing = [c for c in result.checks if not c.passed and not c.skipped]
     same: dict[str, list[str]] = {}

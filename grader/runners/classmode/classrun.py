@@ -4,7 +4,7 @@ before, and after them grades.csv, ``class-run.json`` and the class report.
 :class:`Plan` is made from the command line (:func:`plan_from`); class mode hands its
 :meth:`Plan.select` the students it found and grades only those it returns;
 :func:`finish` then turns the rows into the outputs. A merge of shards
-(:mod:`~grader.runners.merge`) calls :func:`write_outputs` on the rows of all shards.
+(:mod:`~grader.runners.classmode.merge`) calls :func:`write_outputs` on the rows of all shards.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def write_outputs(out: Path, record: dict[str, Any], *, report: bool = True) -> 
 
 def exercise_maxima(out: Path, rows: Sequence[dict[str, Any]], exercises: Sequence[str]) -> dict[str, float]:
     """Each exercise's maximum, as this run's gradings gave it (the same for every student): what a
-    merge holds every student's points to (:mod:`~grader.runners.merge`)."""
+    merge holds every student's points to (:mod:`~grader.runners.classmode.merge`)."""
     from .scores import exercise_of, read_results
 
     seen: dict[str, list[float]] = {}

@@ -31,7 +31,7 @@ from typing import Any
 from . import lateness, similarity
 from .scores import exercise_of, read_results
 
-_GRADER = Path(__file__).resolve().parents[1]
+_GRADER = Path(__file__).resolve().parents[2]
 OTHER = "other (no classic mistake named)"
 #: An exercise the grader did not find in the submission (not handed in, or a notebook it could not read).
 NOT_FOUND = "not found"

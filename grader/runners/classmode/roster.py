@@ -16,7 +16,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import files, safetext
+from ... import files, safetext
 
 #: Files the engine grades; anything else in SUBMISSIONS_DIR is not a student.
 SOURCE_SUFFIXES = (".ipynb", ".py")

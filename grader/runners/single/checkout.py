@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: The folder that holds this ``grader`` package: a checkout, or site-packages for a wheel.
-HERE = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parents[3]
 
 
 class NoCheckout(SystemExit):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import submission
+from ... import submission
 
 _CHAPTER = re.compile(r"^ex(\d+)_")
 

@@ -18,9 +18,9 @@ Outputs in ``--out`` (default ``SUBMISSIONS_DIR/../grader-results``):
 and grader code have not changed.
 
 This module holds class mode itself (its CLI, the manifest, grades.csv and the
-summary). The parts live beside it: :mod:`~grader.runners.roster` (who the
-students are), :mod:`~grader.runners.processes` (running one grading under a time
-limit, the gradings' fork server) and :mod:`~grader.runners.scores` (reading and
+summary). The parts live beside it: :mod:`~grader.runners.classmode.roster` (who the
+students are), :mod:`~grader.runners.classmode.processes` (running one grading under a time
+limit, the gradings' fork server) and :mod:`~grader.runners.classmode.scores` (reading and
 scoring results.json); :mod:`~grader.sandbox.zygote` is the workers' zygote.
 """
 
@@ -41,12 +41,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import safetext
-from .. import seed as seed_mod
-from ..sandbox import allowlist
-from ..sandbox.zygote import Zygote
-from ..seed import SEED_ENV
-from ..terminal import live_terminal, printable
+from ... import safetext
+from ... import seed as seed_mod
+from ...sandbox import allowlist
+from ...sandbox.zygote import Zygote
+from ...seed import SEED_ENV
+from ...terminal import live_terminal, printable
 from .classrun import finish, plan_from, write_grades
 from .classsummary import print_summary
 from .processes import (
@@ -93,7 +93,7 @@ def grader_fingerprint() -> str:
     h = hashlib.sha256()
     import importlib.util
 
-    roots = [Path(__file__).parents[1]]  # grader/
+    roots = [Path(__file__).parents[2]]  # grader/
     spec = importlib.util.find_spec("attnmask")  # finds the package without importing torch
     if spec is not None and spec.origin:
         roots.append(Path(spec.origin).parent)
@@ -222,7 +222,7 @@ class Manifest:
 
 def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
     """grades.csv: student, one column per contract exercise, total, max, status, isolation, message
-    (:func:`~grader.runners.classrun.write_grades` without a roster or a due date)."""
+    (:func:`~grader.runners.classmode.classrun.write_grades` without a roster or a due date)."""
     write_grades([asdict(r) for r in rows], path, exercises, late=False, roster=False)
 
 

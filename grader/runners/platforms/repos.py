@@ -28,7 +28,7 @@ column: the creation time of the tag's Release, GitHub's own clock when Classroo
 published the submission. That is the hand-in time late penalties count from; a tag's name and
 a commit's date are written by the student and are not trusted for it.
 ``python -m grader repos shard roster.csv --shard i/N`` prints the names of one shard
-(:mod:`.shards`), so each job of a matrix clones only its own.
+(:mod:`~grader.runners.classmode.shards`), so each job of a matrix clones only its own.
 Every call goes through ``gh api`` (the GitHub CLI, authenticated by ``$GH_TOKEN``).
 """
 
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from . import rosterfile, shards
+from ..classmode import rosterfile, shards
 
 PER_PAGE = 100
 SEARCH_CAP = 1000

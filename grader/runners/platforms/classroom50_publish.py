@@ -9,7 +9,7 @@ keeps verbatim. That is the one place a grade from outside its runner can live, 
 command writes each graded student's entry as an override whose newest submission record is
 the instructor's grade (the class run's, with the secret seed), at the submission the class
 was graded at (its ``submit/*`` tag). The records keep result/v1's rules: integer points
-(:func:`~grader.runners.classroom50.whole_scores`, the grade rounded to the nearest point), a
+(:func:`~grader.runners.platforms.classroom50.whole_scores`, the grade rounded to the nearest point), a
 ``datetime`` that is the graded commit's committer date, ``graded_at`` the class run's time.
 
 Each student's feedback file (``GRADES_DIR/STUDENT/feedback.md``, no seed and no hidden case)
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from . import shards
+from ..classmode import shards
+from ..classmode.scores import read_results
 from .classroom50 import DEFAULT_ASSIGNMENT, SCHEMA, whole_scores
 from .classroom50 import main as classroom50_main
-from .scores import read_results
 
 SCORES_SCHEMA = "classroom50/scores/v1"
 FEEDBACK_ASSET = "grader-feedback.md"

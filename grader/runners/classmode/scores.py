@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..results import protected
+from ...results import protected
 
 #: How the engine's feedback begins for an exercise the submission does not define.
 NOT_DEFINED = "not found: the submission defines no function named"

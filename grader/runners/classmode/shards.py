@@ -15,7 +15,7 @@ comes from the engine's environment (:func:`from_env`):
 Each shard writes ``class-run.json`` next to its grades (:func:`run_record`): the
 grader's fingerprint, the exercises, the options, a keyed hash of the seed (never the
 seed), the shard, the whole class as this shard saw it and the rows it graded. That
-is what :mod:`~grader.runners.merge` checks before it puts shards together.
+is what :mod:`~grader.runners.classmode.merge` checks before it puts shards together.
 """
 
 from __future__ import annotations

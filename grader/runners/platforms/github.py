@@ -4,7 +4,7 @@ GitHub Classroom was retired on 2026-08-28 (Classroom 50, :mod:`.classroom50`, i
 successor). ``python -m grader gh-outputs results.json`` still turns a results.json into the
 base64 ``result`` output that its ``autograding-grading-reporter`` action reads, for
 repositories that keep that workflow; ``python -m grader template DEST`` builds the student template
-repository with its workflow (both dispatched from :mod:`grader.runners.classroom`).
+repository with its workflow (both dispatched from :mod:`grader.runners.classmode.classroom`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .scores import _fmt, max_score, read_results, total_score
+from ..classmode.scores import _fmt, max_score, read_results, total_score
 
 # --------------------------------------------------------------------------- GitHub Classroom
 
@@ -173,7 +173,7 @@ def template_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader template",
                                 description="Build the student template repository.")
     p.add_argument("dest", type=Path)
-    p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[2])
+    p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[3])
     args = p.parse_args(argv)
     build_template(args.repo, args.dest)
     print(f"template repository written to {args.dest}: {', '.join(TEMPLATE_PATHS)} (the public checks as "

@@ -40,7 +40,7 @@ from nbformat import NotebookNode
 
 from .checkout import NoCheckout, course_root
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 
@@ -193,14 +193,14 @@ def stale(wanted: dict[Path, str | None]) -> list[Path]:
 
 def public_data() -> dict:
     """The public checks' data, recorded now with the reference (:func:`grader.checks.recorded.record`)."""
-    from ..checks import declared, recorded
-    from ..engine import DEFAULT_SEED
+    from ...checks import declared, recorded
+    from ...engine import DEFAULT_SEED
 
     return recorded.record(declared(), DEFAULT_SEED)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..checks import recorded
+    from ...checks import recorded
 
     parser = argparse.ArgumentParser(prog="python -m grader release", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true",

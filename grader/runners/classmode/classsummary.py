@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..terminal import printable
+from ...terminal import printable
 from .scores import _fmt
 
 
