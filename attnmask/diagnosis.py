@@ -233,10 +233,10 @@ def leaks_across_padding(decoder: Callable[[torch.Tensor, torch.Tensor], torch.T
     L = tokens.shape[1]
     real = left_real(lengths, L)  # (B, L)
     base = decoder(tokens, lengths)  # (B, L, V)
-    gen = torch.Generator().manual_seed(0)
+    rng = torch.Generator().manual_seed(0)
     V = int(decoder.vocab_size)
     for _ in range(trials):
-        shift = torch.randint(1, V, tokens.shape, generator=gen).to(tokens.device)
+        shift = torch.randint(1, V, tokens.shape, generator=rng).to(tokens.device)
         refilled = torch.where(real, tokens, (tokens + shift) % V)  # every padding token changes
         out = decoder(refilled, lengths)
         if not torch.allclose(out[real], base[real], rtol=PAD_RTOL, atol=PAD_ATOL):

@@ -121,6 +121,7 @@ class _Worker:
 
     def __init__(self, results: Path):
         self.results, self.confined, self.measured = results, True, {}
+        self.limited = "none"  # which limits held (grader.sandbox.cgroups): none here
 
     def stop(self) -> None:
         pass

@@ -86,7 +86,7 @@ sys.exit(autograde(HERE))
 
 def build(repo: Path, out: Path, assignment: str = DEFAULT_ASSIGNMENT) -> Path:
     """``OUT/autograders/<assignment>/`` for the config repository; a SystemExit says what is wrong."""
-    from .github import TEMPLATE_IGNORE, runtime_requirements
+    from .github import runtime_requirements, template_ignore
 
     if not assignment or any(c in assignment for c in "/\\") or assignment.startswith("."):
         raise SystemExit(f"--assignment must be the assignment's slug (letters, digits, -); "
@@ -98,7 +98,7 @@ def build(repo: Path, out: Path, assignment: str = DEFAULT_ASSIGNMENT) -> Path:
     if folder.exists() and any(folder.iterdir()):
         raise SystemExit(f"{folder} is not empty; expected a new or empty folder for the autograder.")
     # The template's grader: the public checks as data, neither attnmask nor the chapters' checks.
-    shutil.copytree(repo / "grader", folder / "grader", ignore=shutil.ignore_patterns(*TEMPLATE_IGNORE))
+    shutil.copytree(repo / "grader", folder / "grader", ignore=template_ignore)
     (folder / "requirements.txt").write_text(
         runtime_requirements((repo / "requirements.txt").read_text(), keep_editable=False, grading_only=True))
     (folder / "autograder.py").write_text(AUTOGRADER)
