@@ -254,7 +254,10 @@ def test_the_guides_slurm_script_grades_and_merges_a_class(tmp_path):
     tasks = 3  # as with --array=0-2
     subs = _real_class(tmp_path, 6)
     (tmp_path / "grade.sbatch").write_text(script)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GRADER_SEED": "314159265358979323846264338327950288419",
+    # `python` in the script is this test's interpreter, wherever it lies (a venv need not be activated)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path, "PYTHONPATH": str(REPO),
+           "GRADER_SEED": "314159265358979323846264338327950288419",
            "SUBMISSIONS": str(subs), "OUT": str(tmp_path / "grading"), "SLURM_ARRAY_TASK_COUNT": str(tasks),
            "SLURM_ARRAY_TASK_MIN": "0", "SLURM_CPUS_PER_TASK": "2"}
     for i in range(tasks):
