@@ -27,6 +27,17 @@ from .softmax import _UPCAST
 __all__ = ["tiled_attention", "tiled_attention_backward"]
 
 
+def _sizes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tile: int) -> tuple[int, ...]:
+    """(B, H, Lq, d, Lk, dv) of four-dimensional q, k, v; ValueError for other shapes or a tile < 1."""
+    check_qkv(q, k, v)
+    if q.dim() != 4:
+        raise ValueError(f"q has shape {tuple(q.shape)}; expected (B, H, Lq, d)")
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
+        raise ValueError(f"tile must be an int >= 1; got {tile!r}")
+    B, H, Lq, d = q.shape
+    return B, H, Lq, d, k.shape[-2], v.shape[-1]
+
+
 def tiled_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -53,13 +64,7 @@ def tiled_attention(
         float16/bfloat16 are accumulated in float32. Tiles whose mask is all
         False are skipped: their keys and values are never read.
     """
-    check_qkv(q, k, v)
-    if q.dim() != 4:
-        raise ValueError(f"q has shape {tuple(q.shape)}; expected (B, H, Lq, d)")
-    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
-        raise ValueError(f"tile must be an int >= 1; got {tile!r}")
-    B, H, Lq, d = q.shape
-    Lk, dv = k.shape[-2], v.shape[-1]
+    B, H, Lq, d, Lk, dv = _sizes(q, k, v, tile)
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
@@ -130,13 +135,7 @@ def tiled_attention_backward(
         zero gradients, and a key tile whose mask is all False is skipped (its keys
         and values are never read; their gradients are 0).
     """
-    check_qkv(q, k, v)
-    if q.dim() != 4:
-        raise ValueError(f"q has shape {tuple(q.shape)}; expected (B, H, Lq, d)")
-    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
-        raise ValueError(f"tile must be an int >= 1; got {tile!r}")
-    B, H, Lq, d = q.shape
-    Lk, dv = k.shape[-2], v.shape[-1]
+    B, H, Lq, d, Lk, dv = _sizes(q, k, v, tile)
     for name, t, shape in (("out", out, (B, H, Lq, dv)), ("d_out", d_out, (B, H, Lq, dv)),
                            ("lse", lse, (B, H, Lq))):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
