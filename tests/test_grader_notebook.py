@@ -258,14 +258,10 @@ def _swallows(n, *, device=None):
 @pytest.mark.parametrize("slow", [_endless, _sleeps, _swallows], ids=["loop", "sleep", "except-Exception"])
 def test_check_stops_slow_code_at_the_graders_time_limit(slow):
     import signal
-    import time
 
     run_public(causal_mask)  # the checks are built once per kernel: not part of the limit
     handler = signal.getsignal(signal.SIGALRM)
-    t0 = time.monotonic()
-    r = run_public(_named(slow), timeout=0.5)
-    took = time.monotonic() - t0
-    assert took < 2.0, took
+    r = run_public(_named(slow), timeout=0.5)  # a limit that did not hold would hang here (pytest's timeout)
     assert r.status == "timed out" and r.score == 0
     assert "stopped at the time limit (0.5 s): an infinite loop" in r.message
     assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL)[0] == 0

@@ -236,10 +236,8 @@ def test_stopping_the_zygote_stops_its_workers(tmp_path):
     proc, status, _ = _spawn(z, tmp_path, [hang])
     root = z.proc.pid
     assert procs.descendants(root)
-    t0 = time.monotonic()
-    z.close()
-    assert time.monotonic() - t0 < 10
-    deadline = time.monotonic() + 5
+    z.close()  # returns: a close that waited on its workers would hang here (pytest's timeout)
+    deadline = time.monotonic() + 60  # a wait for the kernel to reap them, not a speed goal
     while procs.descendants(root) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not procs.descendants(root)
@@ -251,9 +249,8 @@ def test_a_socket_nobody_serves_is_not_waited_on(tmp_path):
     path = tmp_path / "dead.sock"
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))  # bound, never listening: connect is refused at once
-    t0 = time.monotonic()
+    # refused at once; a spawn that waited on the socket would hang here (pytest's timeout)
     assert zygote.spawn(path, stdout=1, stderr=2, status=2, results=2, header={"cwd": str(tmp_path)}) is None
-    assert time.monotonic() - t0 < 5
     s.close()
 
 
