@@ -128,7 +128,8 @@ def test_class_mode_with_a_due_date_runs_nothing_of_the_students(attack, tmp_pat
         return [sys.executable, str(script), str(sub), str(res)]
 
     code = classroom.main([str(folder.parent), "--out", str(tmp_path / "out"), "--seed", "1", "--no-progress",
-                           "--no-report", "--due", due.isoformat(), "--late-policy", "10/day"],
+                           "--no-report", "--due", due.isoformat(), "--late-policy", "10/day",
+                           "--trust-student-dates"],
                           command=command, exercises=("causal_mask",))
     assert code == 0
     grades = (tmp_path / "out" / "grades.csv").read_text()

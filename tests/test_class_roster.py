@@ -61,7 +61,7 @@ def test_roster_missing_late_and_extended_students_follow_the_policy(tmp_path, f
                       f"u5,Eve,eve,,{(DUE + timedelta(days=5)).isoformat()}\n")
     code = classroom.main([str(subs), "--out", str(tmp_path / "out"), "--seed", "1", "--jobs", "2",
                            "--no-progress", "--no-report", "--roster", str(roster), "--due", DUE.isoformat(),
-                           "--late-policy", "10/day,cap=25"], command=fake,
+                           "--late-policy", "10/day,cap=25", "--trust-student-dates"], command=fake,
                           exercises=("causal_mask", "attention"))
     assert code == 0
     rows = _rows(tmp_path / "out" / "grades.csv")
@@ -140,9 +140,10 @@ class FakeGitHub:
     """GitHub's API as ``gh api`` returns it, for an organisation of many repositories and a
     Classroom 50 team whose members are ``members`` (its ``members_count``: ``count``)."""
 
-    def __init__(self, names, *, members=None, count=None, total=None, incomplete=False, tags=None):
+    def __init__(self, names, *, members=None, count=None, total=None, incomplete=False, tags=None,
+                 releases=None):
         self.names, self.members, self.count, self.total = names, members or [], count, total
-        self.incomplete, self.tags = incomplete, tags or {}
+        self.incomplete, self.tags, self.releases = incomplete, tags or {}, releases or {}
         self.calls = []
 
     def __call__(self, path, params):
@@ -154,6 +155,8 @@ class FakeGitHub:
                     "incomplete_results": self.incomplete, "items": [{"name": n} for n in chunk]}
         if path.endswith("/members"):
             return [{"login": m, "id": i} for i, m in enumerate(self.members[(page - 1) * per: page * per])]
+        if path.endswith("/releases"):
+            return self.releases.get(path.split("/")[2], [])[(page - 1) * per: page * per]
         if "/git/matching-refs/tags/submit/" in path:
             repo = path.split("/")[2]
             return [{"ref": f"refs/tags/{t}", "object": {"sha": "0" * 40}} for t in self.tags.get(repo, [])]
@@ -200,6 +203,22 @@ def test_the_class_is_graded_at_each_repository_s_latest_submit_tag(capsys):
     assert capsys.readouterr().out.strip() == "submit/20261103T170000Z-ccccccc"
     assert repos.main(["tag", "org", "ml-masks-bob"], api=api) == 1  # nothing handed in: not cloned
     assert "no submit/* tag" in capsys.readouterr().err
+
+
+def test_the_latest_submission_is_the_release_github_published_last_not_the_greatest_tag_name(capsys):
+    """The student names tags (and backdates commits, which sets a Release's created_at); GitHub
+    sets published_at. A draft, never published, is no submission."""
+    def rel(tag, created, published):
+        return {"tag_name": tag, "created_at": created, "published_at": published}
+
+    api = FakeGitHub([], tags={"ml-masks-ann": ["submit/29991231T000000Z-zzzzzzz"]}, releases={"ml-masks-ann": [
+        rel("submit/29991231T000000Z-zzzzzzz", "2026-11-01T09:00:00Z", "2026-11-01T09:00:05Z"),
+        rel("submit/20261102T120000Z-bbbbbbb", "2026-10-01T00:00:00Z", "2026-11-02T12:00:05Z"),
+        rel("submit/20261103T170000Z-ccccccc", "2026-11-03T17:00:00Z", None)]})  # a draft
+    assert repos.main(["tag", "org", "ml-masks-ann"], api=api) == 0
+    assert capsys.readouterr().out.strip() == "submit/20261102T120000Z-bbbbbbb"
+    assert repos.latest_submission(api, "org", "ml-masks-ann") == ("submit/20261102T120000Z-bbbbbbb",
+                                                                   "2026-11-02T12:00:05Z")
 
 
 @pytest.mark.parametrize(("fake", "says"), [

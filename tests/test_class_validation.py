@@ -214,9 +214,34 @@ def test_a_commit_date_is_the_students_claim_and_the_roster_time_is_not(tmp_path
     with open(out / "grades.csv", newline="") as fh:
         rows = {r["id"]: r for r in csv.DictReader(fh)}
     assert (rows["ann"]["days_late"], rows["ann"]["submitted_from"]) == ("1", lateness.FROM_ROSTER)
-    assert (rows["ben"]["days_late"], rows["ben"]["submitted_from"]) == ("0", lateness.FROM_COMMIT)
+    uncounted = lateness.uncounted(lateness.FROM_COMMIT)
+    assert (rows["ben"]["days_late"], rows["ben"]["submitted_from"]) == ("0", uncounted)
     report = (out / "class-report.md").read_text()
-    assert "1 hand-in times are the student's own claim" in report
+    assert "1 hand-in times are the student's own claim" in report and "not counted for lateness" in report
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_backdated_commit_never_makes_its_author_earlier_than_an_honest_classmate(tmp_path, fake, trust):
+    """Two students hand in together, a day after the due date, with no platform time: one
+    backdates the commit by three days. Unless the instructor trusts the students' dates, neither
+    date counts, and the two get the same lateness; trusted, each date counts as written."""
+    subs = tmp_path / "subs"
+    for name, when in (("liar", "2026-02-26T12:00:00+00:00"), ("honest", "2026-03-02T12:00:00+00:00")):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "ex.py").write_text("causal_mask=3\n")
+        _git_commit(subs / name, when)
+    out = tmp_path / "out"
+    argv = [str(subs), "--out", str(out), "--seed", "5", "--no-progress",
+            "--due", "2026-03-01T12:00:00+00:00", "--late-policy", "10/day", *(["--trust-student-dates"] if trust else [])]
+    assert classroom.main(argv, command=fake, exercises=EXERCISES) == 0
+    with open(out / "grades.csv", newline="") as fh:
+        rows = {r["student"]: r for r in csv.DictReader(fh)}
+    late = {name: (rows[name]["days_late"], float(rows[name]["penalty"])) for name in ("liar", "honest")}
+    if trust:
+        assert late["liar"][0] == "0" and late["honest"][0] == "1" and late["honest"][1] > 0
+    else:
+        assert late["liar"] == late["honest"] == ("0", 0.0)
+        assert all(lateness.is_claim(rows[n]["submitted_from"]) for n in late)
 
 
 def test_the_class_report_counts_not_found_as_its_own_category(tmp_path):
@@ -246,20 +271,24 @@ def test_the_class_report_counts_not_found_as_its_own_category(tmp_path):
 
 
 def test_the_hand_in_time_is_the_releases_not_the_tags_name_nor_the_commits(tmp_path, capsys):
-    """``repos tags``: the clone list, and the roster's submitted column from each tag's Release
-    (GitHub's clock); a student without a tag is not cloned and has no time."""
+    """``repos tags``: the clone list, and the roster's submitted column from each tag's Release:
+    when GitHub published it (``published_at``), not its ``created_at`` (GitHub documents it as the
+    tagged commit's date, which the student sets); a student without a tag is not cloned and has no time."""
     from grader.runners.classmode import rosterfile
     from grader.runners.platforms import repos
 
-    tags = {"ml-masks-ann": ["submit/2026-02-20T00-00-00Z-aaaaaaa"], "ml-masks-ben": []}
+    release = {"tag_name": "submit/2026-02-20T00-00-00Z-aaaaaaa", "created_at": "2026-02-20T00:00:00Z",
+               "published_at": "2026-03-02T12:00:00Z"}
     calls = []
 
     def api(path, params):
         calls.append(path)
-        if "/git/matching-refs/tags/submit/" in path:
-            return [{"ref": f"refs/tags/{t}"} for t in tags[path.split("/")[2]]]
-        if path == "repos/org/ml-masks-ann/releases/tags/submit%2F2026-02-20T00-00-00Z-aaaaaaa":
-            return {"tag_name": "submit/2026-02-20T00-00-00Z-aaaaaaa", "created_at": "2026-03-02T12:00:00Z"}
+        if path == "repos/org/ml-masks-ann/releases":
+            return [release]
+        if path == "repos/org/ml-masks-ben/releases":
+            return []
+        if path == "repos/org/ml-masks-ben/git/matching-refs/tags/submit/":
+            return []
         raise AssertionError(path)
 
     roster_csv = tmp_path / "roster.csv"

@@ -193,11 +193,13 @@ def test_the_rules_can_fail():
 class FakeGitHub:
     """GitHub's REST API for three student repositories and the config repository; records calls."""
 
-    def __init__(self, scores: dict | None):
+    def __init__(self, scores: dict | None, releases: dict[str, list] | None = None, committed: str = ""):
         self.calls: list[tuple[str, str]] = []
         self.puts: dict[str, dict] = {}
         self.uploads: dict[str, bytes] = {}
         self.scores = scores
+        self.releases = releases or {}
+        self.committed = committed or "2026-11-01T09:59:58Z"
 
     def get(self, path):
         self.calls.append(("GET", path))
@@ -209,12 +211,16 @@ class FakeGitHub:
                 "id": hash(m.group(1)) % 1000,
                 "tag_name": m.group(2),
                 "created_at": "2026-11-01T10:05:00Z",
+                "published_at": "2026-11-01T10:05:00Z",
                 "html_url": f"https://github.com/{ORG}/{m.group(1)}/releases/tag/x",
                 "assets": [{"id": 7, "name": "result.json"}, {"id": 8, "name": "grader-feedback.md"}],
             }
+        m = re.fullmatch(rf"repos/{ORG}/({CLASSROOM}-{ASSIGNMENT}-[a-z]+)/releases\?per_page=100", path)
+        if m:
+            return self.releases.get(m.group(1), [])
         m = re.fullmatch(rf"repos/{ORG}/({CLASSROOM}-{ASSIGNMENT}-[a-z]+)/commits/(submit/.+)", path)
         if m:
-            return {"sha": "abc1234" * 5 + "ab", "commit": {"committer": {"date": "2026-11-01T09:59:58Z"}}}
+            return {"sha": "abc1234" * 5 + "ab", "commit": {"committer": {"date": self.committed}}}
         if path == f"repos/{ORG}/classroom50/contents/{CLASSROOM}/scores.json":
             if self.scores is None:
                 raise SystemExit("gh: Not Found (HTTP 404)")
@@ -356,15 +362,53 @@ def test_the_scores_update_of_a_class_of_three_keeps_classroom50s_rules(class_ru
     assert len(gh.uploads) == 3 and all("name=grader-feedback.md" in url for url in gh.uploads)
 
 
-def test_the_dry_run_prints_the_update_and_changes_nothing(class_run):
+def test_the_dry_run_prints_the_preview_and_changes_nothing(class_run):
     gh = FakeGitHub(None)  # no scores.json yet
-    doc, printed = _publish(class_run, gh, dry_run=True)
+    doc, printed = _publish(class_run, gh, dry_run=True, show_json=True)
     assert {c[0] for c in gh.calls} == {"GET"}
-    assert printed.startswith(f"# dry run: would write {ORG}/classroom50:{CLASSROOM}/scores.json")
-    body = printed.split("\n", 1)[1]
+    table, rest = printed.split("# dry run: would write", 1)
+    assert table.splitlines()[0].split() [:3] == ["student", "graded", "published"]
+    assert re.search(r"^alice +6\.5 / 6\.5 +7 / 7 +submit/2026-11-01T10-00-00Z-abc1234 +2026-11-01 10:05 +"
+                     r"2026-11-01 09:59", table, re.M)
+    assert "3 of 3 students published; 0 not published" in table
+    assert rest.startswith(f" {ORG}/classroom50:{CLASSROOM}/scores.json")
+    body = rest.split("\n", 1)[1]
     assert json.loads(body[: body.index("\n# would attach")]) == doc
     assert scores_problems(doc) == []
     assert printed.count("# would attach grader-feedback.md") == 3
+    _, quiet = _publish(class_run, FakeGitHub(None), dry_run=True)
+    assert '"schema"' not in quiet and "--show-json prints it" in quiet
+
+
+def test_a_dry_run_with_tags_asks_github_nothing(class_run, tmp_path, capsys):
+    tags = tmp_path / "tags.txt"
+    tags.write_text("alice submit/2026-11-01T10-00-00Z-abc1234\nbob submit/2026-11-02T10-00-00Z-def5678\n")
+    assert classroom50_publish.command(["publish", str(class_run), "--org", ORG, "--classroom", CLASSROOM,
+                                        "--assignment", ASSIGNMENT, "--tags", str(tags), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^bob +5 / 6\.5 +5 / 7 +submit/2026-11-02T10-00-00Z-def5678", out, re.M)
+    assert re.search(r"^carol .*not published: no tag in --tags", out, re.M)
+    assert "2 of 3 students published; 1 not published (offline" in out
+
+
+def test_without_tags_the_release_published_last_is_graded_and_an_early_commit_is_flagged(class_run):
+    """The student chooses tag names and commit dates; GitHub sets published_at."""
+    def rel(tag, published):
+        return {"id": 1, "tag_name": tag, "created_at": "2026-10-01T00:00:00Z", "published_at": published,
+                "html_url": "h", "assets": []}
+
+    repo = f"{CLASSROOM}-{ASSIGNMENT}-alice"
+    gh = FakeGitHub(None, releases={repo: [rel("submit/9999-zzz", "2026-11-01T08:00:00Z"),
+                                           rel("submit/2026-11-02-aaa", "2026-11-02T08:00:00Z"),
+                                           rel("submit/2026-11-03-bbb", None)]},  # a draft
+                    committed="2026-10-29T08:00:00Z")
+    out = io.StringIO()
+    doc = classroom50_publish.publish(class_run, gh, org=ORG, classroom=CLASSROOM, assignment=ASSIGNMENT,
+                                      dry_run=True, out=out)
+    entries = {e["owner"]: e for e in doc["assignments"][ASSIGNMENT]["entries"]}
+    assert entries["alice"]["submissions"][0]["submission"] == "submit/2026-11-02-aaa"
+    assert re.search(r"^alice .*commit dated 4\.0 days before its Release was published", out.getvalue(), re.M)
+    assert re.search(r"^bob .*not published: no published submit/\* release", out.getvalue(), re.M)
 
 
 def test_the_feedback_file_holds_no_seed_and_no_hidden_case(class_run):

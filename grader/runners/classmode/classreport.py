@@ -186,10 +186,13 @@ def _timing(record: dict[str, Any]) -> str:
 def _status_line(record: dict[str, Any]) -> str:
     counts = Counter(r["status"] for r in record["rows"])
     line = ", ".join(f"{c} {s}" for s, c in counts.most_common())
-    claims = [r["student"] for r in record["rows"] if r.get("submitted_from") in lateness.CLAIMS]
+    claims = [r for r in record["rows"] if lateness.is_claim(r.get("submitted_from"))]
     if claims:  # a due date without the platform's times: the class's hand-in times are the students' word
+        counted = sum(1 for r in claims if r.get("submitted_from") in lateness.CLAIMS)
         line += (f"; {len(claims)} hand-in times are the student's own claim (a commit date or file times, "
-                 "set on their machine), not the platform's: give the roster a submitted column")
+                 "set on their machine), not the platform's: give the roster a submitted column"
+                 + (f" ({counted} counted: --trust-student-dates)" if counted else
+                    " (not counted for lateness: --trust-student-dates counts them)"))
     return line
 
 

@@ -400,6 +400,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "included (ours: id,name[,folder,extension_days,due,submitted]; GitHub Classroom's and "
                    "Gradescope's as downloaded)")
     p.add_argument("--due", help="due date, ISO 8601 (e.g. 2026-12-01T23:59:00+01:00)")
+    p.add_argument("--trust-student-dates", action="store_true",
+                   help="count lateness from a hand-in time the student wrote (the last commit's date, file "
+                        "times) where the roster has no platform time; by default such a date is shown and "
+                        "not counted, since a backdated commit would make its author on time")
     p.add_argument("--late-policy", default="none", help="none, P/day or P/day,cap=C: percent of the maximum "
                    "off per started day late (default none)")
     p.add_argument("--no-report", action="store_true", help="no class-report.html / class-report.md")
@@ -430,7 +434,7 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     if args.exercise_timeout is not None:
         extra += ["--timeout", f"{args.exercise_timeout:g}"]
     plan = plan_from(shard=args.shard, roster=args.roster, due=args.due, late_policy=args.late_policy,
-                     report=not args.no_report)
+                     report=not args.no_report, trust_claims=args.trust_student_dates)
     if plan.shard is not None:
         print(f"shard {plan.shard} ({plan.shard_origin})", file=sys.stderr)
     t0 = time.perf_counter()

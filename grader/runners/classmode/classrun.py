@@ -32,6 +32,7 @@ class Plan:
     policy: LatePolicy = field(default_factory=LatePolicy)
     due: datetime | None = None
     report: bool = True
+    trust_claims: bool = False  # count a hand-in time the student wrote (a commit date, file times)
     everyone: list[str] = field(default_factory=list)  # every row the whole class has (all shards)
     paths: dict[str, Path] = field(default_factory=dict)  # found submission name -> its path
     owner: dict[str, str] = field(default_factory=dict)  # roster id -> found submission name
@@ -66,16 +67,16 @@ class Plan:
     def settings(self) -> dict[str, Any]:
         """What of the plan changes grades: the merge refuses shards that differ in it."""
         return {"late_policy": [self.policy.per_day, self.policy.cap],
-                "due": self.due.isoformat() if self.due else None,
+                "due": self.due.isoformat() if self.due else None, "trust_claims": self.trust_claims,
                 "roster": None if self.roster is None else [
                     [e.id, e.name, list(e.keys), e.extension_days, e.due, e.submitted] for e in self.roster]}
 
 
 def plan_from(*, shard: str | None, roster: Path | None, due: str | None, late_policy: str | None,
-              report: bool = True) -> Plan:
+              report: bool = True, trust_claims: bool = False) -> Plan:
     """The plan a class-mode command line asks for (a SystemExit on bad input)."""
     found = (shards.parse(shard), "--shard") if shard else shards.from_env()
-    plan = Plan(policy=LatePolicy.parse(late_policy), report=report,
+    plan = Plan(policy=LatePolicy.parse(late_policy), report=report, trust_claims=trust_claims,
                 due=lateness.parse_time(due, "--due") if due else None,
                 roster=rosterfile.read(roster) if roster is not None else None)
     if found is not None:
@@ -95,6 +96,10 @@ def _late_fields(plan: Plan, row: dict[str, Any], enrolled: rosterfile.Enrolled 
     elif due is not None and path is not None:  # without a due date, when does not matter: no git is run
         when, source = lateness.submitted_from(path)
     late = lateness.days_late(when, due) if row["status"] != "missing" else 0
+    if source in lateness.CLAIMS and not plan.trust_claims:
+        # The student wrote this date: counting it would let a backdated commit make its author on
+        # time while a classmate who handed in with them, and dated honestly, is late.
+        late, source = 0, lateness.uncounted(source)
     top = row.get("max") or 0.0
     penalty = min(plan.policy.penalty(late, top), row["total"])
     row.update(raw=row["total"], penalty=penalty, total=round(row["total"] - penalty, 2),

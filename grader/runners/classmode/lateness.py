@@ -14,8 +14,11 @@ the roster's ``extension_days``. When they handed in is the roster's ``submitted
 platform's time (Classroom 50's submission Release, which ``python -m grader repos tags`` writes
 there; an LMS's upload time). Without it, the time of the last commit when the submission is a
 git clone, else the newest modification time of its files (a copy keeps it only with ``cp -p``
-or ``rsync -t``): both are set by the student's own machine, so grades.csv's ``submitted_from``
-says the time is the student's claim (:data:`CLAIMS`), and the class report counts those rows.
+or ``rsync -t``): both are set by the student's own machine. Such a claim is recorded and shown
+(grades.csv's ``submitted_from`` says whose time it is: :data:`CLAIMS`) but it counts for no
+lateness unless the instructor says to trust it (``--trust-student-dates``): a commit backdated
+by its author would otherwise make them on time while a classmate who handed in with them, and
+dated their commit honestly, is late. The class report counts those rows.
 """
 
 from __future__ import annotations
@@ -126,6 +129,18 @@ FROM_ROSTER = "roster (the platform's time)"
 FROM_COMMIT = "last commit's date (the student's claim)"
 FROM_FILES = "file times (the student's claim)"
 CLAIMS = (FROM_COMMIT, FROM_FILES)
+#: How an uncounted claim reads in grades.csv's ``submitted_from``.
+NOT_COUNTED = "; not counted: no platform time (--trust-student-dates counts it)"
+
+
+def uncounted(source: str) -> str:
+    """``submitted_from`` for a claim that no lateness was counted from."""
+    return source + NOT_COUNTED
+
+
+def is_claim(source: str | None) -> bool:
+    """True when ``submitted_from`` names a time the student wrote, counted or not."""
+    return bool(source) and source.removesuffix(NOT_COUNTED) in CLAIMS
 
 
 def submitted_from(path: Path | None) -> tuple[datetime | None, str]:

@@ -33,7 +33,7 @@ submission instant, the graded commit's committer date; the runner overwrites wh
 autograder writes there, so this one's value (the checkout's HEAD commit date, else now)
 only stands in for it. ``graded_at`` is when this grading ran. A committer date is set by
 the student's machine; the instructor's class run takes the hand-in time from the platform
-(:mod:`.repos`: the submission Release's creation time).
+(:mod:`.repos`: when GitHub published the submission Release).
 
 A grading that fails inside the grader is reported as a graded 0 with the reason
 (``status=failure``), not ``status=error``: on ``error`` the runner publishes no Release and

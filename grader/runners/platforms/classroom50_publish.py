@@ -17,8 +17,15 @@ goes onto the graded submission's Release as the asset ``grader-feedback.md`` (a
 name, not ``result.json`` nor ``release-body.md``, as Classroom 50's ``release_assets`` rules
 ask). A Classroom 50 regrade edits the Release in place: publish again after one.
 
-``--dry-run`` reads what it needs (the releases, scores.json) and prints the scores.json it
-would write and the uploads it would make; it writes nothing. Every GitHub call goes through
+Either way it first prints a preview, one row per student: the graded total, the whole points
+published, the graded Release, when GitHub published it, the commit's date, and who is not
+published and why. The graded Release is the ``--tags`` one, else the ``submit/*`` Release GitHub
+published last (``published_at``; a tag's name is the student's choice, and so is a Release's
+``created_at``, the tagged commit's date); a commit dated more than :data:`EARLY` before its
+Release was published is flagged (a student's date, worth a look, never used for lateness).
+``--dry-run`` prints the preview and the uploads it would make and writes nothing; with
+``--tags`` it asks GitHub nothing at all (the preview then shows the tags, not the Releases'
+dates); ``--show-json`` adds the scores.json it would write. Every GitHub call goes through
 ``gh api`` (authenticated by ``$GH_TOKEN``: read the student repositories' releases, write the
 config repository's contents and the releases' assets); no SDK is needed for six endpoints.
 """
@@ -31,7 +38,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -40,6 +47,10 @@ from ..classmode import shards
 from ..classmode.scores import read_results
 from .classroom50 import DEFAULT_ASSIGNMENT, SCHEMA, whole_scores
 from .classroom50 import main as classroom50_main
+from .repos import latest_release, published
+
+#: A commit dated this long before its Release was published is flagged in the preview.
+EARLY = timedelta(days=1)
 
 SCORES_SCHEMA = "classroom50/scores/v1"
 FEEDBACK_ASSET = "grader-feedback.md"
@@ -111,13 +122,60 @@ def read_tags(path: Path | None) -> dict[str, str]:
     return tags
 
 
+class Offline:
+    """No GitHub: a dry run with ``--tags`` knows the graded tags and needs nothing else."""
+
+    def get(self, path: str) -> Any:
+        raise SystemExit(f"offline: nothing asks GitHub for {path}")
+
+    put = delete = upload = get
+
+
 def graded_release(gh: GitHub, org: str, repo: str, tag: str | None) -> dict[str, Any] | None:
-    """The Release of the submission graded: ``tag``'s, else the latest ``submit/*`` one."""
+    """The Release of the submission graded: ``tag``'s, else the ``submit/*`` one GitHub published
+    last (:func:`~grader.runners.platforms.repos.latest_release`: never the greatest tag name, which
+    the student chooses); offline, a stand-in that holds the tag alone."""
+    if isinstance(gh, Offline):
+        return {"tag_name": tag} if tag else None
     if tag:
         return gh.get(f"repos/{org}/{repo}/releases/tags/{quote(tag, safe='')}")
-    releases = [r for r in gh.get(f"repos/{org}/{repo}/releases?per_page=100") or []
-                if isinstance(r, dict) and str(r.get("tag_name", "")).startswith("submit/")]
-    return max(releases, key=lambda r: r["tag_name"]) if releases else None
+    releases = gh.get(f"repos/{org}/{repo}/releases?per_page=100") or []
+    return latest_release(releases if isinstance(releases, list) else [])
+
+
+def _day(when: datetime | None) -> str:
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M") if when else "–"
+
+
+def preview_row(row: dict[str, Any], record: dict[str, Any] | None, release: dict[str, Any] | None,
+                commit: dict[str, Any], why: str = "") -> list[str]:
+    """One line of the preview: student, graded total, points published, release, its publication
+    time, the commit's date, and a note (why not published, or a commit dated far before)."""
+    login = str(row.get("id") or row.get("student") or "?")
+    total = "–" if row.get("status") != "graded" else f"{float(row.get('total') or 0):g}"
+    if row.get("max"):
+        total += f" / {float(row['max']):g}"
+    points = f"{record['score']} / {record['max-score']}" if record else "–"
+    out = published(release)
+    committed = _time(((commit.get("commit") or {}).get("committer") or {}).get("date"))
+    note = f"not published: {why}" if why else ""
+    if not why and out and committed and out - committed > EARLY:
+        note = (f"commit dated {(out - committed).total_seconds() / 86400:.1f} days before its Release was "
+                "published (the student's date; lateness counts from the Release)")
+    tag = str((release or {}).get("tag_name") or "–")
+    return [login, total, points, tag, _day(out), _day(committed), note]
+
+
+PREVIEW_HEADER = ["student", "graded", "published points", "release", "release published", "commit date",
+                  "note"]
+
+
+def preview(lines: Sequence[Sequence[str]]) -> str:
+    """The preview as an aligned text table."""
+    rows = [PREVIEW_HEADER, *lines]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(PREVIEW_HEADER) - 1)]
+    lines = ("  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]).rstrip() for r in rows)
+    return "\n".join(lines) + "\n"
 
 
 def record_for(row: dict[str, Any], results: dict[str, Any], *, classroom: str, org: str, repo: str,
@@ -195,36 +253,54 @@ def _read_scores(gh: GitHub, org: str, config: str, path: str) -> tuple[dict[str
 
 def publish(grades: Path, gh: GitHub, *, org: str, classroom: str, assignment: str = DEFAULT_ASSIGNMENT,
             config: str = "classroom50", tags: dict[str, str] | None = None, dry_run: bool = False,
-            now: datetime | None = None, out=sys.stdout) -> dict[str, Any]:
-    """Publish the class run in ``grades`` (its ``--out``); returns the scores.json written (or not)."""
+            show_json: bool = False, now: datetime | None = None, out=None) -> dict[str, Any]:
+    """Publish the class run in ``grades`` (its ``--out``); returns the scores.json written (or not).
+    ``gh`` may be :class:`Offline` for a dry run whose ``tags`` name every graded tag."""
     record = shards.read_record(grades)
+    out = out or sys.stdout
     now = now or datetime.now(timezone.utc)
     tags = tags or {}
-    records, uploads, skipped = [], [], []
+    offline = isinstance(gh, Offline)
+    records, uploads, skipped, table = [], [], [], []
     for row in record["rows"]:
         login = str(row.get("id") or row.get("student") or "")
         if row.get("status") not in ("graded",) or not row.get("slug"):
-            skipped.append(f"{login}: {row.get('status')}")
+            why = f"{row.get('status')}" + (f" ({row['message']})" if row.get("message") else "")
+            skipped.append(f"{login}: {why}")
+            table.append(preview_row(row, None, None, {}, why))
             continue
         results = read_results(grades / row["slug"] / "results.json")
         repo = repo_name(classroom, assignment, login)
         release = graded_release(gh, org, repo, tags.get(login.lower()))
         if results is None or release is None:
-            skipped.append(f"{login}: " + ("no results.json" if results is None else "no submit/* release"))
+            why = "no results.json" if results is None else (
+                "no tag in --tags" if offline else "no published submit/* release")
+            skipped.append(f"{login}: {why}")
+            table.append(preview_row(row, None, release, {}, why))
             continue
-        commit = gh.get(f"repos/{org}/{repo}/commits/{quote(release['tag_name'], safe='')}") or {}
+        at = f"repos/{org}/{repo}/commits/{quote(release['tag_name'], safe='')}"
+        commit = {} if offline else gh.get(at) or {}
         records.append(record_for({**row, "student": login}, results, classroom=classroom, org=org, repo=repo,
                                   release=release, commit=commit, graded_at=now))
+        table.append(preview_row(row, records[-1], release, commit))
         feedback = grades / row["slug"] / FEEDBACK_FILE
         if feedback.is_file():
             uploads.append((repo, release, feedback))
     path = f"{classroom}/scores.json"
-    current, sha = _read_scores(gh, org, config, path)
+    current, sha = (None, None) if offline else _read_scores(gh, org, config, path)
     doc = updated_scores(current, assignment, records)
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    print(preview(table), file=out, end="")
+    print(f"{len(records)} of {len(record['rows'])} students published; "
+          f"{len(skipped)} not published" + (" (offline: the tags alone, no Release dates)" if offline
+                                              else ""),
+          file=out)
     if dry_run:
-        print(f"# dry run: would write {org}/{config}:{path} ({len(records)} override entries):", file=out)
-        print(text, file=out, end="")
+        print(f"# dry run: would write {org}/{config}:{path} ({len(records)} override entries)"
+              + (" over the file GitHub holds (not read offline)" if offline else "")
+              + ("" if show_json else "; --show-json prints it"), file=out)
+        if show_json:
+            print(text, file=out, end="")
         for repo, release, _ in uploads:
             print(f"# would attach {FEEDBACK_ASSET} to {org}/{repo} release {release['tag_name']}", file=out)
     else:
@@ -241,8 +317,6 @@ def publish(grades: Path, gh: GitHub, *, org: str, classroom: str, assignment: s
                       f"?name={FEEDBACK_ASSET}", feedback.read_bytes(), "text/markdown")
         print(f"wrote {org}/{config}:{path}: {len(records)} override entries; {len(uploads)} feedback files "
               f"attached", file=out)
-    for why in skipped:
-        print(f"not published: {why}", file=sys.stderr)
     return doc
 
 
@@ -267,14 +341,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-repo", default="classroom50", help="the config repository (default %(default)s)")
     p.add_argument("--tags", type=Path, help="'login submit/TAG' lines: the tag each student was graded at "
                                              "(default: each repository's latest submit/* release)")
-    p.add_argument("--dry-run", action="store_true", help="print what would be written; change nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the preview and what would be written; change nothing (with --tags: ask GitHub "
+                        "nothing)")
+    p.add_argument("--show-json", action="store_true",
+                   help="with --dry-run, also print the scores.json it would write")
     return p
 
 
 def main(argv: Sequence[str] | None = None, *, gh: GitHub | None = None) -> int:
     args = build_parser().parse_args(argv)
-    publish(args.grades, gh or GhApi(), org=args.org, classroom=args.classroom.lower(),
+    if gh is None:
+        gh = Offline() if args.dry_run and args.tags else GhApi()
+    publish(args.grades, gh, org=args.org, classroom=args.classroom.lower(),
             assignment=args.assignment.lower(), config=args.config_repo, tags=read_tags(args.tags),
-            dry_run=args.dry_run)
+            dry_run=args.dry_run, show_json=args.show_json)
     return 0
 

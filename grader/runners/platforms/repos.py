@@ -19,14 +19,17 @@ went with GitHub Classroom, retired on 2026-08-28.)
 
 ``python -m grader repos list ORG PREFIX [--team SLUG] [--roster roster.csv]`` prints
 one student name (the repository's name without ``PREFIX-``) per line and can write
-them as a roster; ``python -m grader repos tag ORG REPO`` prints the repository's latest
-``submit/*`` tag (Classroom 50 tags each submission ``submit/<UTC-timestamp>-<short-sha>``,
-so the greatest name is the latest), the one the class is graded at;
+them as a roster; ``python -m grader repos tag ORG REPO`` prints the tag of the repository's latest
+submission: of its ``submit/*`` Releases, the one GitHub published last (``published_at``,
+GitHub's own clock when Classroom 50's runner published it). A tag's name looks like a time
+(``submit/<UTC-timestamp>-<short-sha>``) but the student can push any tag name, so the
+greatest name is not trusted to be the latest; only a repository with submit tags and no
+Release at all falls back to it, and then has no hand-in time.
 ``python -m grader repos tags ORG PREFIX --roster roster.csv`` does that for every student
 of the roster (``login tag`` lines, the clone list) and writes the roster's ``submitted``
-column: the creation time of the tag's Release, GitHub's own clock when Classroom 50's runner
-published the submission. That is the hand-in time late penalties count from; a tag's name and
-a commit's date are written by the student and are not trusted for it.
+column: the Release's ``published_at``. That is the hand-in time late penalties count from.
+GitHub documents a Release's ``created_at`` as the date of the commit it tags, which the student
+sets, and a tag's name and a commit's date are written by the student: none is trusted for it.
 ``python -m grader repos shard roster.csv --shard i/N`` prints the names of one shard
 (:mod:`~grader.runners.classmode.shards`), so each job of a matrix clones only its own.
 Every call goes through ``gh api`` (the GitHub CLI, authenticated by ``$GH_TOKEN``).
@@ -40,9 +43,9 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from ..classmode import rosterfile, shards
 
@@ -83,22 +86,54 @@ def by_team(api: Api, org: str, team: str, prefix: str) -> list[str]:
     return [f"{prefix}-{login}" for login in logins]
 
 
-def latest_submit_tag(api: Api, org: str, repo: str) -> str | None:
-    """The repository's latest ``submit/*`` tag (the greatest name), or None when it has none."""
+def published(release: Any) -> datetime | None:
+    """When GitHub published ``release`` (its ``published_at``, GitHub's clock), or None for a
+    draft, a Release never published, or anything that is not one."""
+    when = release.get("published_at") if isinstance(release, dict) else None
+    try:
+        t = datetime.fromisoformat(when.replace("Z", "+00:00")) if isinstance(when, str) and when else None
+    except ValueError:
+        return None
+    return t if t is None or t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def latest_release(releases: Sequence[Any]) -> dict[str, Any] | None:
+    """Of ``releases``, the ``submit/*`` one GitHub published last (ties: the greater tag), or None."""
+    found = [r for r in releases if isinstance(r, dict) and isinstance(r.get("tag_name"), str)
+             and r["tag_name"].startswith("submit/") and published(r) is not None]
+    return max(found, key=lambda r: (published(r), r["tag_name"])) if found else None
+
+
+def submit_releases(api: Api, org: str, repo: str) -> list[dict[str, Any]]:
+    """Every Release of the repository, page by page."""
+    out: list[dict[str, Any]] = []
+    page = 1
+    while True:
+        batch = api(f"repos/{org}/{repo}/releases", {"per_page": str(PER_PAGE), "page": str(page)})
+        batch = batch if isinstance(batch, list) else []
+        out += [r for r in batch if isinstance(r, dict)]
+        if len(batch) < PER_PAGE:
+            return out
+        page += 1
+
+
+def latest_submission(api: Api, org: str, repo: str) -> tuple[str, str] | None:
+    """(tag, hand-in time) of the repository's latest submission: the ``submit/*`` Release
+    published last, with its ``published_at``; a repository with submit tags and no published
+    Release gives its greatest tag name and no time (""); None when it has neither."""
+    release = latest_release(submit_releases(api, org, repo))
+    if release is not None:
+        return release["tag_name"], release["published_at"]
     refs = api(f"repos/{org}/{repo}/git/matching-refs/tags/submit/", {})
     tags = [r["ref"].removeprefix("refs/tags/") for r in refs if isinstance(r, dict)
             and isinstance(r.get("ref"), str) and r["ref"].startswith("refs/tags/submit/")]
-    return max(tags) if tags else None
+    return (max(tags), "") if tags else None
 
 
-def release_time(api: Api, org: str, repo: str, tag: str) -> str | None:
-    """When GitHub created ``tag``'s Release (ISO 8601, GitHub's clock), or None without one."""
-    try:
-        release = api(f"repos/{org}/{repo}/releases/tags/{quote(tag, safe='')}", {})
-    except SystemExit:  # no Release for that tag (gh api says 404)
-        return None
-    when = release.get("created_at") if isinstance(release, dict) else None
-    return when if isinstance(when, str) and when else None
+def latest_submit_tag(api: Api, org: str, repo: str) -> str | None:
+    """The tag of the repository's latest submission (:func:`latest_submission`), or None."""
+    found = latest_submission(api, org, repo)
+    return found[0] if found else None
 
 
 def stamp_roster(api: Api, org: str, prefix: str, path: Path) -> list[tuple[str, str]]:
@@ -112,11 +147,11 @@ def stamp_roster(api: Api, org: str, prefix: str, path: Path) -> list[tuple[str,
     pairs = []
     for row in rows:
         login = (row.get("folder") or row["id"]).strip()
-        tag = latest_submit_tag(api, org, f"{prefix}-{login}")
+        found = latest_submission(api, org, f"{prefix}-{login}")
         row["submitted"] = ""
-        if tag is not None:
-            pairs.append((login, tag))
-            row["submitted"] = release_time(api, org, f"{prefix}-{login}", tag) or ""
+        if found is not None:
+            pairs.append((login, found[0]))
+            row["submitted"] = found[1]
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=[*[k for k in rows[0] if k != "submitted"], "submitted"])
         w.writeheader()
@@ -174,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("org")
     tg.add_argument("repo")
     ts = sub.add_parser("tags", help="'student tag' per roster student with a submission; writes the "
-                                     "roster's submitted column (the Releases' times)")
+                                     "roster's submitted column (when GitHub published each Release)")
     ts.add_argument("org")
     ts.add_argument("prefix")
     ts.add_argument("--roster", type=Path, required=True, help="the roster `repos list --roster` wrote")
