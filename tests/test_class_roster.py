@@ -211,7 +211,8 @@ def test_the_latest_submission_is_the_release_github_published_last_not_the_grea
     def rel(tag, created, published):
         return {"tag_name": tag, "created_at": created, "published_at": published}
 
-    api = FakeGitHub([], tags={"ml-masks-ann": ["submit/29991231T000000Z-zzzzzzz"]}, releases={"ml-masks-ann": [
+    tags = {"ml-masks-ann": ["submit/29991231T000000Z-zzzzzzz"]}
+    api = FakeGitHub([], tags=tags, releases={"ml-masks-ann": [
         rel("submit/29991231T000000Z-zzzzzzz", "2026-11-01T09:00:00Z", "2026-11-01T09:00:05Z"),
         rel("submit/20261102T120000Z-bbbbbbb", "2026-10-01T00:00:00Z", "2026-11-02T12:00:05Z"),
         rel("submit/20261103T170000Z-ccccccc", "2026-11-03T17:00:00Z", None)]})  # a draft

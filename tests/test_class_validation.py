@@ -232,7 +232,8 @@ def test_a_backdated_commit_never_makes_its_author_earlier_than_an_honest_classm
         _git_commit(subs / name, when)
     out = tmp_path / "out"
     argv = [str(subs), "--out", str(out), "--seed", "5", "--no-progress",
-            "--due", "2026-03-01T12:00:00+00:00", "--late-policy", "10/day", *(["--trust-student-dates"] if trust else [])]
+            "--due", "2026-03-01T12:00:00+00:00", "--late-policy", "10/day",
+            *(["--trust-student-dates"] if trust else [])]
     assert classroom.main(argv, command=fake, exercises=EXERCISES) == 0
     with open(out / "grades.csv", newline="") as fh:
         rows = {r["student"]: r for r in csv.DictReader(fh)}

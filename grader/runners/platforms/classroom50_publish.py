@@ -342,8 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tags", type=Path, help="'login submit/TAG' lines: the tag each student was graded at "
                                              "(default: each repository's latest submit/* release)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the preview and what would be written; change nothing (with --tags: ask GitHub "
-                        "nothing)")
+                   help="print the preview and what would be written; change nothing (with --tags: ask "
+                        "GitHub nothing)")
     p.add_argument("--show-json", action="store_true",
                    help="with --dry-run, also print the scores.json it would write")
     return p
