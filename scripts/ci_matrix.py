@@ -131,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = p.parse_args(own)
     args.pytest = extra  # after --: pytest arguments in place of the cell's
-    venv = args.venv or Path(tempfile.mkdtemp(prefix=f"ci-{args.cell}-"))
+    if args.venv:
+        venv = args.venv
+    elif args.dry_run:  # a name only: a dry run leaves nothing behind
+        venv = Path(tempfile.gettempdir()) / f"ci-{args.cell}-XXXXXXXX"
+    else:
+        venv = Path(tempfile.mkdtemp(prefix=f"ci-{args.cell}-"))
     steps = commands(args.cell, venv)
     if args.pytest:
         steps[-1] = [*steps[-1][:3], *args.pytest]

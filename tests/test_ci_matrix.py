@@ -71,3 +71,11 @@ def test_a_dry_run_prints_the_steps_and_makes_nothing(tmp_path):
     lines = p.stdout.splitlines()
     assert lines[0] == f"+ {sys.executable} -m venv {venv}" and ci_matrix.cells()["oldest"].torch in lines[1]
     assert lines[-1].endswith("-m pytest -m not slow tests/") and not venv.exists()
+
+
+def test_a_dry_run_without_a_venv_leaves_no_folder(tmp_path):
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "ci_matrix.py"), "oldest", "--dry-run"],
+                       capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "CI_PYTHON": sys.executable, "TMPDIR": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert list(tmp_path.iterdir()) == [] and "ci-oldest-" in p.stdout

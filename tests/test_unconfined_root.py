@@ -55,7 +55,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rule for root is 
 
 def test_root_with_a_secret_seed_is_refused_unconfined_and_told_why():
     p = grade_without_bwrap("--unconfined", seed="271828182845904523536")
-    out = p.stdout + p.stderr
+    out = " ".join((p.stdout + p.stderr).split())  # the report wraps its lines
     assert p.returncode != 0
     assert "--unconfined is refused: you are root and GRADER_SEED is set" in out
     assert "bwrap) is not installed" in out and "running as root" in out
@@ -72,7 +72,7 @@ def test_root_without_a_seed_may_check_their_own_work_unconfined():
 
 def test_the_refusal_names_the_fix_that_applies_to_root_without_a_seed():
     p = grade_without_bwrap(seed=None)
-    out = p.stdout + p.stderr
+    out = " ".join((p.stdout + p.stderr).split())  # the report wraps its lines
     assert p.returncode != 0
     assert "pass --unconfined" in out and "allowed as root because no secret seed is set" in out
     assert "course total" not in out and "next: fix what stopped the grading" in out

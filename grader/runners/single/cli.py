@@ -163,7 +163,8 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         report.print_terminal(result, verbose=args.verbose, scope=scoped.scope.label,
                               course_max=scoped.course_max)
     if result.usage_error or result.internal_error:
-        print(f"python -m grader: error: {result.error}", file=sys.stderr)
+        if args.quiet:  # else the report above said it already
+            print(f"python -m grader: error: {result.error}", file=sys.stderr)
         return USAGE_ERROR if result.usage_error else INTERNAL_ERROR
     return 0
 
