@@ -57,3 +57,16 @@ def test_the_notebooks_readme_lists_every_graded_function(folder):
     listed = {int(m.group(1)): re.findall(r"`(\w+)`", m.group(2)) for m in re.finditer(
         r"^\| `ex(\d+)_\w+\.ipynb` \| (.+) \|$", (ROOT / folder / "README.md").read_text(), re.M)}
     assert listed == _by_chapter()
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "solutions").glob("ex*.ipynb")))
+def test_each_notebooks_rules_name_everything_the_grader_bans(notebook):
+    import json
+
+    from grader.rules import FORBIDDEN_MODULES, FORBIDDEN_NAMES
+
+    cells = json.loads((ROOT / "solutions" / notebook).read_text())["cells"]
+    rules = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith("## Rules"))
+    banned = [m for m in FORBIDDEN_MODULES if "." not in m]
+    banned += [n for n in FORBIDDEN_NAMES if not n.startswith("_")]
+    assert [name for name in banned if name not in rules] == []
