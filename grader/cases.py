@@ -146,3 +146,12 @@ def two_keys_or_none(mask: torch.Tensor) -> torch.Tensor:
     other = torch.where(where == Lk - 1, where - 1, where + 1)
     extra = torch.zeros_like(mask).scatter_(-1, other, True) & single
     return mask | extra
+
+
+def with_empty_row(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``mask`` with one query row fully blocked (and every other row kept non-empty)."""
+    mask = mask.clone()
+    mask[..., :, 0] = True
+    flat = mask.view(-1, mask.shape[-1])
+    flat[int(torch.randint(0, flat.shape[0], (), generator=gen))] = False
+    return mask

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader import checks
-from grader.checks import judges
+from grader.checks.common import judges
 from grader.runners.single import cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_a_prepared_class_computes_no_reference_gradients(monkeypatch, tmp_path)
     """The reference's gradients (the gradient checks) are kept for the class too."""
     import functools
 
-    from grader.checks import properties
+    from grader.checks.common import properties
 
     monkeypatch.setenv("GRADER_SEED", SEED)
     original = properties.grads_of

@@ -13,7 +13,7 @@ import torch
 import attnmask as am
 from attnmask import diagnosis as dx
 from grader.checks import EXERCISES
-from grader.checks.judges import cpu_args
+from grader.checks.common.judges import cpu_args
 from grader.fnspecs import build
 
 

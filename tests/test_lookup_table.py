@@ -14,7 +14,7 @@ import torch
 
 from grader import engine
 from grader.checks import recorded
-from grader.checks.judges import Recipe
+from grader.checks.common.judges import Recipe
 from grader.results import CheckResult, score_of
 
 #: Computed the same way here (on the recorded calls) and in the submission (on what it is given).

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnmask as am
-from grader.checks import properties as P
-from grader.checks.ch8_speed import TILED
+from grader.checks.ch8_speed.forward import TILED
+from grader.checks.common import properties as P
 from grader.mistakes import MISTAKES
 from grader.sandbox import channel
 from grader.sandbox.execute import execute

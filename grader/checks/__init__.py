@@ -3,7 +3,9 @@
 ``EXERCISES[name].make_checks(seed, hidden=False)`` gives the public checks (the
 ones the in-notebook ``check`` runs); ``hidden=True`` adds the randomized
 hidden checks drawn from ``seed``. Each exercise is declared once, where its checks are
-(:func:`grader.spec.exercise`, in a chapter module ``chN_*.py``), and listed once, in
+(:func:`grader.spec.exercise`, in a chapter's module ``chN_*.py`` or, for a chapter with more
+than one file of checks, its package ``chN_*/``; the judges every chapter shares are in
+``common/``), and listed once, in
 ``attnmask.CONTRACT``.
 
 In the student template there is no ``attnmask`` and no chapter module: there
@@ -36,6 +38,15 @@ def chapters() -> dict[int, ModuleType]:
     return {n: importlib.import_module(f"{__name__}.{found[n]}") for n in sorted(found)}
 
 
+def modules_of(chapter: ModuleType) -> list[ModuleType]:
+    """A chapter's modules: its one module, or the package and every module in it (a chapter
+    with more than one file of checks is a package: ``ch8_speed/``, ``ch11_parallel/``)."""
+    if not hasattr(chapter, "__path__"):
+        return [chapter]
+    return [chapter, *(importlib.import_module(f"{chapter.__name__}.{info.name}")
+                       for info in pkgutil.iter_modules(chapter.__path__))]
+
+
 def has_reference() -> bool:
     """True where the checks are computed with the reference (the course), False in the student
     template, which holds only the public checks' recorded data."""
@@ -46,9 +57,10 @@ def _declared(name: str, modules: dict[int, ModuleType]) -> tuple[int, Callable[
     """The chapter and the checks of exercise ``name``: its ``NAME_checks``, declared with
     :func:`grader.spec.exercise` in its chapter's module."""
     for chapter, module in modules.items():
-        make = getattr(module, f"{name}_checks", None)
-        if make is not None and hasattr(make, "statement"):
-            return chapter, make
+        for part in modules_of(module):
+            make = getattr(part, f"{name}_checks", None)
+            if make is not None and hasattr(make, "statement"):
+                return chapter, make
     raise LookupError(f"no chapter of grader/checks declares the checks of {name!r} (@exercise)")
 
 
@@ -61,7 +73,7 @@ def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Ch
     def make_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         if _BUILT is not None and (make, seed, hidden) in _BUILT:
             return _BUILT[make, seed, hidden]
-        from .. import cases  # here: importing this package must not import torch (the engine's start)
+        from .. import cases  # here: importing this package must not import torch (the engine's start
 
         checks = make(seed, hidden)
         rules = [replace(c, public=True) for c in make(cases.PUBLIC_SEED, True)
@@ -114,7 +126,7 @@ def prepare_class(seed: int, hidden: bool = True) -> int:
     builds the same cases or computes the same reference outputs again. Returns how many
     references were kept. Only in that process: a notebook's ``check`` builds afresh."""
     global _BUILT
-    from . import judges, properties
+    from .common import judges, properties
 
     if not has_reference():  # the student template: nothing to compute ahead
         return 0
@@ -122,7 +134,7 @@ def prepare_class(seed: int, hidden: bool = True) -> int:
     kept = 0
     modules = chapters()
     for name, ex in _exercises().items():
-        recipes = [r for r in vars(modules[ex.chapter]).values()
+        recipes = [r for part in modules_of(modules[ex.chapter]) for r in vars(part).values()
                    if isinstance(r, judges.Recipe) and r.name == name]
         for check in ex.make_checks(seed, hidden):
             for call in check.calls:
@@ -141,7 +153,7 @@ def prepare_class(seed: int, hidden: bool = True) -> int:
 def forget_class() -> None:
     """Undo :func:`prepare_class`: cases and references are built afresh again."""
     global _BUILT
-    from . import judges
+    from .common import judges
 
     _BUILT, judges._REMEMBERED = None, None
 

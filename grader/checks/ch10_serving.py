@@ -22,8 +22,8 @@ from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
+from .common import judges as J
+from .common import properties as P
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16

@@ -15,10 +15,11 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
+from ..cases import with_empty_row
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
+from .common import judges as J
+from .common import properties as P
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -139,15 +140,6 @@ def diagnose_softmax(args, kwargs, got, index, dtype) -> str | None:
 
 SOFTMAX = J.Recipe("masked_softmax", am.masked_softmax, ("scores", "mask"),
                    (J.Out("weights", "number", "(..., Lq, Lk)"),), diagnose_softmax)
-
-
-def with_empty_row(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """``mask`` with one query row fully blocked (and every other row kept non-empty)."""
-    mask = mask.clone()
-    mask[..., :, 0] = True
-    flat = mask.view(-1, mask.shape[-1])
-    flat[int(torch.randint(0, flat.shape[0], (), generator=gen))] = False
-    return mask
 
 
 @exercise(3.0, "masked_softmax(scores, mask): softmax over the last dim with the bool mask applied "

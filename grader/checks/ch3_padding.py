@@ -14,8 +14,8 @@ from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
+from .common import judges as J
+from .common import properties as P
 
 M = MISTAKES
 

@@ -15,10 +15,10 @@ from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, FnSpec, exercise
-from . import answers as A
-from . import judges as J
-from . import properties as P
 from .ch3_padding import lengths_mask_checks
+from .common import answers as A
+from .common import judges as J
+from .common import properties as P
 
 M = MISTAKES
 

@@ -11,9 +11,9 @@ from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
 from .ch1_leakage import square
+from .common import judges as J
+from .common import properties as P
 
 M = MISTAKES
 

@@ -17,11 +17,12 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
+from ..cases import with_empty_row
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
-from .ch2_softmax import attention_mistakes, with_empty_row
+from .ch2_softmax import attention_mistakes
+from .common import judges as J
+from .common import properties as P
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16

@@ -31,10 +31,10 @@ import torch
 
 from .. import diagnose as dg
 from ..spec import Call, Check, Exercise, FnSpec
-from . import answers as _answers  # noqa: F401 -- registers its judge factory
-from . import judges as J
-from . import merging as _merging  # noqa: F401 -- registers its judge factories
-from . import properties as _properties  # registers its judge factories; NaN reasons
+from .common import answers as _answers  # noqa: F401 -- registers its judge factory
+from .common import judges as J
+from .common import merging as _merging  # noqa: F401 -- registers its judge factories
+from .common import properties as _properties  # registers its judge factories; NaN reasons
 
 #: Where release writes the data, inside the grader package (so the wheel and the template carry it).
 DATA = Path(__file__).resolve().parent.parent / "data" / "public_checks"

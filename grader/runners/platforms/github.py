@@ -77,13 +77,14 @@ def gh_outputs_main(argv: Sequence[str] | None = None) -> int:
 # --------------------------------------------------------------------------- template repo
 
 #: What a student's template repository holds. No solutions/, no tests/, no book/, and no reference:
-#: neither ``attnmask`` nor the chapters' check modules (``grader/checks/chN_*.py``, whose recognisers
-#: compute the classic mistakes from the answer); the public checks come as data, recorded at release
-#: (``grader/data/public_checks/``). Its README.md (for students: the course's is for maintainers) and
-#: workflow come from classroom/github/; its pyproject.toml and .gitignore are written here.
+#: neither ``attnmask`` nor the chapters' check modules (``grader/checks/chN_*.py`` and ``chN_*/``,
+#: whose recognisers compute the classic mistakes from the answer); the public checks come as data,
+#: recorded at release (``grader/data/public_checks/``). Its README.md (for students: the course's is
+#: for maintainers) and workflow come from classroom/github/; its pyproject.toml and .gitignore are
+#: written here.
 TEMPLATE_PATHS = ("exercises", "grader")
 #: Left out of every copied folder.
-TEMPLATE_IGNORE = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "ch[0-9]*_*.py")
+TEMPLATE_IGNORE = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "ch[0-9]*_*")
 
 
 def template_ignore(folder: str, names: list[str]) -> set[str]:

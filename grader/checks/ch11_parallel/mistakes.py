@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from . import merging as MG
+from ..common import merging as MG
 
 #: The chapter's classic mistakes, in plain words (one definition each).
 MISTAKES11: dict[str, str] = {

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from .. import diagnose as dg
-from ..spec import Call, Outcome, Verdict
+from ... import diagnose as dg
+from ...spec import Call, Outcome, Verdict
 from .judges import Recipe, cpu_args, float_dtype, inputs_of, raised, rebuildable, reference
 
 #: What each kind of answer must be, in words.

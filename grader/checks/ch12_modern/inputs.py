@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .. import cases
+from ... import cases
 
 NINF = float("-inf")
 F32 = torch.float32

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from .. import diagnose as dg
-from .. import errors
-from ..fnspecs import build
-from ..spec import Call, Check, FnSpec, Outcome, Verdict
+from ... import diagnose as dg
+from ... import errors
+from ...fnspecs import build
+from ...spec import Call, Check, FnSpec, Outcome, Verdict
 
 Diagnose = Callable[[tuple, dict, torch.Tensor, int, torch.dtype], "str | None"]
 

@@ -13,9 +13,9 @@ import math
 
 import torch
 
-from .. import diagnose as dg
-from .. import errors
-from ..spec import Call, Outcome, Verdict
+from ... import diagnose as dg
+from ... import errors
+from ...spec import Call, Outcome, Verdict
 from .judges import Recipe, float_dtype, inputs_of, raised, rebuildable
 
 #: merge_partials' two numeric failures, named from where the NaN and inf sit (here, not in the

@@ -14,15 +14,15 @@ import torch
 
 import attnmask as am
 
-from .. import cases
-from .. import diagnose as dg
-from ..mistakes import MISTAKES
-from ..spec import Call, Check, exercise
-from . import judges as J
-from . import merging as MG
-from . import properties as P
-from .parallel_mistakes import MISTAKES11
-from .tile_inputs import qkv
+from ... import cases
+from ... import diagnose as dg
+from ...mistakes import MISTAKES
+from ...spec import Call, Check, exercise
+from ..common import judges as J
+from ..common import merging as MG
+from ..common import properties as P
+from ..common.inputs import qkv
+from .mistakes import MISTAKES11
 
 M = MISTAKES
 X = MISTAKES11

@@ -11,13 +11,13 @@ import torch
 
 import attnmask as am
 
-from .. import cases
-from .. import diagnose as dg
-from ..mistakes import MISTAKES
-from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
-from .parallel_mistakes import MISTAKES11
+from ... import cases
+from ... import diagnose as dg
+from ...mistakes import MISTAKES
+from ...spec import Call, Check, exercise
+from ..common import judges as J
+from ..common import properties as P
+from .mistakes import MISTAKES11
 
 M = MISTAKES
 X = MISTAKES11

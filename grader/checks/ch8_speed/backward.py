@@ -15,14 +15,14 @@ import torch
 
 import attnmask as am
 
-from .. import cases
-from .. import diagnose as dg
-from ..mistakes import MISTAKES
-from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
-from .ch2_softmax import with_empty_row
-from .tile_inputs import first_tile_blocked, last_only, qkv
+from ... import cases
+from ... import diagnose as dg
+from ...cases import with_empty_row
+from ...mistakes import MISTAKES
+from ...spec import Call, Check, exercise
+from ..common import judges as J
+from ..common import properties as P
+from ..common.inputs import first_tile_blocked, last_only, qkv
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import cases, errors
-from .. import diagnose as dg
-from ..mistakes import MISTAKES
-from ..spec import Call, Check, Verdict
+from ... import cases, errors
+from ... import diagnose as dg
+from ...mistakes import MISTAKES
+from ...spec import Call, Check, Verdict
 from .judges import (
     Recipe,
     cpu_args,

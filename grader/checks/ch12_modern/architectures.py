@@ -18,15 +18,15 @@ import torch
 
 import attnmask as am
 
-from .. import cases
-from .. import diagnose as dg
-from ..mistakes import MISTAKES
-from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
-from .ch2_softmax import with_empty_row
-from .ch8_speed import exact_qkv, qkv
-from .modern_inputs import among, big_scores, closed, docs, gates, sinks_of, tied, with_nan
+from ... import cases
+from ... import diagnose as dg
+from ...cases import with_empty_row
+from ...mistakes import MISTAKES
+from ...spec import Call, Check, exercise
+from ..common import judges as J
+from ..common import properties as P
+from ..common.inputs import exact_qkv, qkv
+from .inputs import among, big_scores, closed, docs, gates, sinks_of, tied, with_nan
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16

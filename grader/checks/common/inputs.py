@@ -1,5 +1,5 @@
-"""Inputs for chapter 8's checks (:mod:`grader.checks.ch8_speed`, :mod:`grader.checks.backward_checks`):
-random (q, k, v), which later chapters draw too, (q, k, v) whose scores are exact in float32, and
+"""Inputs of attention checks, first drawn for chapter 8 (:mod:`grader.checks.ch8_speed`) and shared by
+chapters 11 and 12: random (q, k, v), (q, k, v) whose scores are exact in float32, and
 masks that block the first tile, leave a row only the last one, or make whole tiles skippable.
 Every draw comes from a :func:`grader.cases.generator`."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import cases
-from .ch2_softmax import with_empty_row
+from ... import cases
+from ...cases import with_empty_row
 
 F32 = torch.float32
 

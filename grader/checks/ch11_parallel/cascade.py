@@ -10,13 +10,13 @@ import torch
 
 import attnmask as am
 
-from .. import cases
-from .. import diagnose as dg
-from ..spec import Call, Check, exercise
-from . import judges as J
-from . import merging as MG
-from . import properties as P
-from .parallel_mistakes import MISTAKES11
+from ... import cases
+from ... import diagnose as dg
+from ...spec import Call, Check, exercise
+from ..common import judges as J
+from ..common import merging as MG
+from ..common import properties as P
+from .mistakes import MISTAKES11
 
 X = MISTAKES11
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16

@@ -24,19 +24,16 @@ import torch
 
 import attnmask as am
 
-from .. import cases
-from .. import diagnose as dg
-from ..mistakes import MISTAKES
-from ..spec import Call, Check, exercise
-from . import judges as J
-from . import merging as MG
-from . import properties as P
-from .cascade_checks import CASCADE, cascade_attention_checks  # noqa: F401 -- this chapter's
-from .ch2_softmax import with_empty_row
-from .chunk_checks import CHUNKED, PADDED, chunked_local_mask_checks, padded_chunked_mask_checks  # noqa: F401
-from .parallel_mistakes import MISTAKES11
-from .ring_checks import RING, RING_ATT, ring_attention_checks, zigzag_ring_mask_checks  # noqa: F401
-from .tile_inputs import exact_qkv, qkv
+from ... import cases
+from ... import diagnose as dg
+from ...cases import with_empty_row
+from ...mistakes import MISTAKES
+from ...spec import Call, Check, exercise
+from ..common import judges as J
+from ..common import merging as MG
+from ..common import properties as P
+from ..common.inputs import exact_qkv, qkv
+from .mistakes import MISTAKES11
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
