@@ -32,7 +32,13 @@ comparison), more than a course notebook's whole run.
 
 On CUDA the ``BlockMask`` of a mask function is built once and kept with the
 function (:func:`flex_block_mask`): chapter 7's rule, build it once per batch
-and reuse it in every layer, without asking the caller to hold it. It is built
+and reuse it in every layer, without asking the caller to hold it. A cache must
+not change an answer, so the key holds everything the mask depends on: the
+sizes, and for a predicate of :mod:`attnmask.predicates` the version counter of
+every tensor it closes over (``document`` keeps ``doc_ids`` by reference;
+changed in place, it gets a new version and a new BlockMask). A predicate
+written elsewhere (kind ``"custom"``) may read anything; its BlockMask is built
+on every call and never kept. It is built
 with ``H=None`` unless the predicate may read the head (only a custom one can),
 and with ``B=None`` unless it reads the batch, so ``create_mask`` does not run
 over the whole ``(B, H, Lq, Lk)`` grid. FlexAttention is compiled once per
@@ -165,27 +171,63 @@ def dense_mask(mask_fn: MaskFn, q: torch.Tensor, k: torch.Tensor) -> torch.Tenso
 
 
 _compiled_flex = None
-#: mask function -> {(B or None, H or None, Lq, Lk, device): its BlockMask}. Weak keys: the
-#: BlockMasks go when the mask function does (a new batch builds a new document predicate).
+#: mask function -> {(B or None, H or None, Lq, Lk, device): (state, its BlockMask)}, where state
+#: is :func:`_state` when it was built. Weak keys: the BlockMasks go when the mask function does (a
+#: new batch builds a new document predicate).
 _BLOCK_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _state(mask_fn: MaskFn):
+    """What the answer of a labelled predicate depends on beyond the sizes, or ``None`` if it
+    cannot be known (a custom predicate, or one built of custom parts).
+
+    Integers and floats a builder closes over cannot change; a tensor can, in place, without
+    the predicate noticing. Each tensor is keyed by its identity, storage and version counter
+    (shared by views, so ``doc_ids[0] = ...`` through an ``expand`` counts too).
+    """
+    kind, params = P.kind_of(mask_fn)
+    if kind == "custom":
+        return None
+    state = []
+    for name, value in sorted(params.items()):
+        if name == "parts":
+            parts = tuple(_state(part) for part in value)
+            if any(part is None for part in parts):
+                return None
+            state.append((name, parts))
+        elif isinstance(value, torch.Tensor):
+            state.append((name, id(value), value.untyped_storage().data_ptr(), value._version))
+        elif isinstance(value, (bool, int, float, str)):
+            state.append((name, value))
+        else:  # a parameter this function does not know how to key
+            return None
+    return (kind, tuple(state))
 
 
 def flex_block_mask(mask_fn: MaskFn, B: int, H: int, Lq: int, Lk: int, device: torch.device | str):
     """The ``BlockMask`` of ``mask_fn`` for ``(B, H, Lq, Lk)`` on ``device``, built on the first call
-    and returned again on the next ones for the same function and sizes.
+    and returned again on the next ones for the same function, sizes and closed-over tensors.
 
     Batch and heads are passed to ``create_block_mask`` only if the predicate reads them: a
     ``BlockMask`` built with ``None`` broadcasts, and ``create_mask`` then evaluates the predicate
     over ``(1, 1, Lq, Lk)`` or ``(B, 1, Lq, Lk)`` instead of ``(B, H, Lq, Lk)``.
+
+    A tensor the predicate closes over that was changed in place since the BlockMask was built
+    (``doc_ids`` of :func:`attnmask.predicates.document`, say) makes a new one: a stale BlockMask
+    would mark tiles "full" that the new mask cuts, and FlexAttention never calls ``mask_mod`` on a
+    full tile. A custom predicate, whose captured state cannot be read, is built anew on every call.
     """
     key = (B if _reads_batch(mask_fn) else None, H if _reads_head(mask_fn) else None, Lq, Lk, str(device))
+    state = _state(mask_fn)
+    if state is None:
+        return P.block_mask(mask_fn, Lq, Lk, B=key[0], H=key[1], device=device)
     try:
         built = _BLOCK_MASKS.setdefault(mask_fn, {})
-    except TypeError:  # not weak-referenceable (a functools.partial, say): build it, keep nothing
+    except TypeError:  # an object without a __weakref__ slot (a class with __slots__): keep nothing
         built = {}
-    if key not in built:
-        built[key] = P.block_mask(mask_fn, Lq, Lk, B=key[0], H=key[1], device=device)
-    return built[key]
+    if key not in built or built[key][0] != state:
+        built[key] = (state, P.block_mask(mask_fn, Lq, Lk, B=key[0], H=key[1], device=device))
+    return built[key][1]
 
 
 def _flex(q, k, v, mask_fn, scale):

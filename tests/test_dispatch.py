@@ -249,6 +249,57 @@ def test_the_block_mask_is_built_once_per_mask_function_and_sizes():
     assert dispatch.flex_block_mask(P.document(doc_ids), 2, 8, 256, 256, "cpu") is not first
 
 
+def test_a_closed_over_tensor_changed_in_place_gets_a_new_block_mask(monkeypatch, tol):
+    """Issue 47: the cache was keyed on the function alone, so after ``doc_ids`` changed in place
+    it returned the old BlockMask; its "full" tiles skip mask_mod, and FlexAttention attended
+    across the new document borders. Through an ``expand`` view too (views share the version)."""
+    L = 256
+    base = torch.zeros(1, L, dtype=torch.long)
+    doc_ids = base.expand(2, L)  # (B, L): one document
+    fn = P.document(doc_ids)
+    first = dispatch.flex_block_mask(fn, 2, 8, L, L, "cpu")
+    base[0, L // 2:] = 1  # two documents now, changed in place through the base
+    again = dispatch.flex_block_mask(fn, 2, 8, L, L, "cpu")
+    assert torch.equal(again.to_dense(), P.block_mask(P.document(doc_ids.clone()), L, L, B=2).to_dense())
+    assert not torch.equal(again.to_dense(), first.to_dense())
+    assert dispatch.flex_block_mask(fn, 2, 8, L, L, "cpu") is again  # unchanged since: reused
+
+    q, k, v = qkv(L, L, d=16, dv=16)
+    q, k, v = q[:2], k[:2], v[:2]
+    monkeypatch.setattr(dispatch, "_compiled_flex", flex_attention)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # eager FlexAttention on the CPU says it is unfused
+        two = dispatch.run(dispatch.Plan("flex_attention", "test"), q, k, v, fn, scale=0.3)
+        want_two, _ = am.attention(q, k, v, P.document(doc_ids.clone()), scale=0.3)
+        base[0, : L // 4] = 2  # a third document, after the BlockMask of two was kept
+        three = dispatch.run(dispatch.Plan("flex_attention", "test"), q, k, v, fn, scale=0.3)
+        want_three, _ = am.attention(q, k, v, P.document(doc_ids.clone()), scale=0.3)
+    torch.testing.assert_close(two, want_two, **tol(torch.float32))
+    torch.testing.assert_close(three, want_three, **tol(torch.float32))
+
+
+def test_a_custom_predicate_is_never_kept_and_composites_key_on_their_parts():
+    """A custom predicate may read anything (here a tensor it closes over), so its BlockMask is
+    built on every call; a composite of labelled parts keys on each part's tensors."""
+    L = 128
+    limit = torch.tensor([L])
+    custom = lambda b, h, q_idx, kv_idx: kv_idx < limit[0]  # noqa: E731
+    first = dispatch.flex_block_mask(custom, 1, 1, L, L, "cpu")
+    limit[0] = 1
+    second = dispatch.flex_block_mask(custom, 1, 1, L, L, "cpu")
+    assert second is not first
+    assert int(second.to_dense().sum()) == L // 128 and int(first.to_dense().sum()) == (L // 128) ** 2
+    assert dispatch._state(P.and_masks(P.causal(), custom)) is None
+
+    lengths = torch.tensor([L, L])
+    fn = P.and_masks(P.causal(), P.key_padding(lengths))
+    full = dispatch.flex_block_mask(fn, 2, 1, L, L, "cpu")
+    assert dispatch.flex_block_mask(fn, 2, 1, L, L, "cpu") is full
+    lengths[1] = 0  # sequence 1 is all padding now
+    emptied = dispatch.flex_block_mask(fn, 2, 1, L, L, "cpu")
+    assert int(emptied.to_dense()[1].sum()) == 0 and int(full.to_dense()[1].sum()) == 1
+
+
 @pytest.mark.parametrize(("name", "batch", "heads"), [("document", 3, 1), ("sliding_window", 1, 1),
                                                       ("causal_and_padding", 3, 1),
                                                       ("custom_per_head", 3, 2)])
