@@ -13,6 +13,7 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
+from ..fnspecs import build
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, FnSpec, exercise
 from . import answers as A
@@ -79,18 +80,28 @@ def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
 
 #: Mask styles of the hidden decoders (:mod:`grader.fnspecs`, ``padded_decoder``), per layer.
 SAFE = (("correct",), ("finfo_min",), ("correct", "finfo_min"))
-NOISY = (("max_over_all",), ("correct", "max_over_all"))  # correct, up to float noise
+NOISY = (("max_over_all",), ("correct", "max_over_all"))  # correct, up to float noise (and JITTER)
 LEAKY = (("no_padding",), ("after_softmax",), ("wrong_sign",), ("wrong_side",), ("correct", "no_padding"),
          ("finfo_min", "after_softmax"))
+#: The styles that leak.
+LEAKING = ({style for styles in LEAKY for style in styles} - {"correct", "finfo_min"}
+           | {"soft", "window", "sink"})
 
 
-def decoder_spec(gen: torch.Generator, styles: tuple[str, ...], V: int, D: int, L: int) -> FnSpec:
+#: The relative change a noisy correct decoder makes at real positions as the pads change: float
+#: noise of a known size (a hundredth of rtol), so that it differs in its last bits on every CPU
+#: and stays within the tolerance on every CPU.
+JITTER = 1e-6
+
+
+def decoder_spec(gen: torch.Generator, styles: tuple[str, ...], V: int, D: int, L: int, *,
+                 jitter: float = 0.0, head_scale: float = 1.0) -> FnSpec:
     """A ``padded_decoder`` whose attention layers mask as ``styles`` say."""
     w = lambda: cases.randn(gen, D, D, scale=1.0 / D**0.5)  # noqa: E731
     layers = [{"w_q": w(), "w_k": w(), "w_v": w(), "w_1": w(), "w_2": w()} for _ in styles]
     return FnSpec("padded_decoder", {"emb": cases.randn(gen, V, D), "pos": cases.randn(gen, L, D, scale=0.5),
-                                     "head": cases.randn(gen, D, V, scale=1.0 / D**0.5), "layers": layers,
-                                     "styles": list(styles)})
+                                     "head": cases.randn(gen, D, V, scale=head_scale / D**0.5),
+                                     "layers": layers, "styles": list(styles), "jitter": jitter})
 
 
 def padded_batch(gen: torch.Generator, V: int, full_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,7 +117,76 @@ def padded_batch(gen: torch.Generator, V: int, full_first: bool) -> tuple[torch.
 def decoder_call(gen: torch.Generator, styles: tuple[str, ...], full_first: bool) -> Call:
     V, D = cases.integer(gen, 6, 12), cases.integer(gen, 4, 8)
     tokens, lengths = padded_batch(gen, V, full_first)
-    return Call((decoder_spec(gen, styles, V, D, tokens.shape[1]), tokens, lengths))
+    noisy = any(style not in ("correct", "finfo_min") for style in styles) and not set(styles) & LEAKING
+    return Call((decoder_spec(gen, styles, V, D, tokens.shape[1], jitter=JITTER if noisy else 0.0),
+                 tokens, lengths))
+
+
+#: The decoders that separate the statement's test from its shortcuts; the hidden set holds one of
+#: each (:func:`special_decoder`).
+SPECIAL = ("a small leak", "correct, large outputs", "leaks unless a pad keeps its embedding",
+           "odd V, the pads hold the middle id", "the pads hold token 0",
+           "a leak that misses the last position",
+           "a leak from the first pad only")
+
+
+def changes(call: Call, trials: int = 3) -> tuple[float, float]:
+    """How the real outputs move under the reference's refillings: (the smallest over the trials of
+    the largest |change| / (atol + rtol |old|), the largest |change|)."""
+    decoder, tokens, lengths = build(call.args[0]), call.args[1], call.args[2]
+    real = am.diagnosis.left_real(lengths, tokens.shape[1])
+    base = decoder(tokens, lengths)[real]
+    rng = torch.Generator().manual_seed(0)
+    V, least, most = decoder.vocab_size, float("inf"), 0.0
+    for _ in range(trials):
+        shift = torch.randint(1, V, tokens.shape, generator=rng)
+        out = decoder(torch.where(real, tokens, (tokens + shift) % V), lengths)[real]
+        moved = (out - base).abs()
+        allowed = am.diagnosis.PAD_ATOL + am.diagnosis.PAD_RTOL * base.abs()
+        least = min(least, float((moved / allowed).max()))
+        most = max(most, float(moved.max()))
+    return least, most
+
+
+def special_decoder(gen: torch.Generator, which: str) -> Call:
+    """One decoder and batch of the class ``which`` (:data:`SPECIAL`), redrawn until its answer
+    holds with a margin of 100 either side of the tolerance."""
+    for _ in range(200):
+        V, D = cases.integer(gen, 6, 12), cases.integer(gen, 4, 8)
+        tokens, lengths = padded_batch(gen, V, False)
+        L = tokens.shape[1]
+        pads = ~am.diagnosis.left_real(lengths, L)
+        styles, leaky, jitter, head = ("no_padding",), True, 0.0, 1.0
+        if which == "a small leak":  # moves real outputs by about 1e-2: an atol of 1 misses it
+            styles = ("soft",)
+        elif which == "correct, large outputs":  # float noise of outputs near 1e4: no rtol, no pass
+            styles, leaky, jitter, head = SAFE[cases.integer(gen, 0, len(SAFE) - 1)], False, JITTER, 1e4
+        elif which == "leaks unless a pad keeps its embedding":  # ids 2m, 2m + 1 share an embedding
+            even = 2 * torch.randint(0, (V - 1) // 2, tokens.shape, generator=gen)
+            tokens = torch.where(pads, even, tokens)
+        elif which == "odd V, the pads hold the middle id":
+            V += 1 - V % 2
+            tokens = torch.where(pads, torch.full_like(tokens, (V - 1) // 2), tokens % V)
+        elif which == "the pads hold token 0":
+            tokens = torch.where(pads, torch.zeros_like(tokens), tokens)
+        elif which == "a leak that misses the last position":  # a window of 2; 2 real tokens or more
+            lengths = lengths.clamp(min=2)
+            styles = ("window",)
+        else:  # an attention sink at position 0: only the first pad leaks; 2 pads or more where any
+            lengths = torch.where(lengths < L, lengths.clamp(max=L - 2), lengths)
+            styles = ("sink",)
+        if not bool((lengths < L).any()):
+            continue
+        spec = decoder_spec(gen, styles, V, D, L, jitter=jitter, head_scale=head)
+        if which == "leaks unless a pad keeps its embedding":
+            spec.params["emb"][1::2] = spec.params["emb"][0:V - V % 2:2]
+        call = Call((spec, tokens, lengths))
+        least, most = changes(call)
+        if leaky and least > 100 and (which != "a small leak" or most < 0.1):
+            return call
+        if not leaky and changes(call, trials=6)[0] < 0.05 and most > 1e-3:
+            return call
+    raise RuntimeError(f"no {which!r} decoder with a margin of 100 in 200 draws")
 
 
 def refill_search(decoder, tokens, lengths, refill, compare, trials: int = 3) -> bool:
@@ -185,8 +265,11 @@ def leaks_across_padding_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         return checks
     checks.append(P.unchanged(PADDING, "does not modify tokens or lengths", calls[:1]))  # run publicly
     gen = cases.generator(seed, "leaks_across_padding")
-    # 24 decoders, each answered right by a blind guess half the time: 1 in 2**24 passes them all
-    checks.append(padding_check("24 decoders, 12 correct", decoder_set(gen, 8, 4, 12)))
+    # 24 random decoders, each answered right by a blind guess half the time (1 in 2**24 passes them
+    # all), then one of each SPECIAL class, which a shortcut of the test answers wrong
+    calls = decoder_set(gen, 8, 4, 12) + [special_decoder(gen, which) for which in SPECIAL]
+    checks.append(padding_check("31 decoders: 24 random, then small leaks, large outputs, leaks that "
+                                "need the right refilling", calls))
     on_gpu = [Call(c.args, {}, "cuda") for c in decoder_set(gen, 1, 0, 1)]
     checks.append(Check("a correct and a leaking decoder, on CUDA", on_gpu,
                         A.answers_judge(PADDING, "bool", "whether it leaks"), requires="cuda", kind="edge"))
