@@ -307,6 +307,17 @@ def diagnose_leaking_layer(args, kwargs, got, index, dtype) -> str | None:
          lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) > 0).any())))),
         (M["leak_lower_triangle"],
          lambda: leak_answer(first_leak(model, x, lambda i: bool((i.tril(-1) > tol * i.max()).any())))),
+        (M["leak_layer_alone"], lambda: leak_answer(next(
+            (k for k, layer in enumerate(model.layers) if am.diagnosis.leaks(am.influence_matrix(layer, x))),
+            None))),
+        (M["leak_threshold_divided"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) > tol / i.max()).any())))),
+        (M["leak_threshold_divided"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) > tol).any())))),
+        (M["leak_zero_matrix"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) >= tol * i.max()).any())))),
+        (M["leak_one_position"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(2) > tol * i.max()).any())))),
     ], dtype)
 
 
