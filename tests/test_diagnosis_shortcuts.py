@@ -16,13 +16,14 @@ from grader.checks import EXERCISES
 from grader.results import CheckResult, score_of
 
 SHORTCUTS = {
-    "find_leaking_layer": ["leak_each_layer_alone", "leak_each_layer_own_input", "leak_threshold_divided",
+    "find_leaking_layer": ["leak_each_layer_alone", "leak_threshold_divided",
                            "leak_greater_or_equal", "leak_two_positions", "leak_absolute_threshold"],
     "leaks_across_padding": ["pad_tolerance_one", "pad_no_relative_tolerance", "pad_plus_one",
                              "pad_mirror_id",
                              "pad_token_zero", "pad_last_position", "pad_next_to_real_only"],
 }
-CORRECT = {"find_leaking_layer": [correct.find_leaking_layer, dx.leak_relative_to_mean],
+CORRECT = {"find_leaking_layer": [correct.find_leaking_layer, dx.leak_relative_to_mean,
+                                  dx.leak_each_layer_own_input],
            "leaks_across_padding": [correct.leaks_across_padding, dx.pad_one_refill_per_trial_kind]}
 SEEDS = {"find_leaking_layer": (7, 29), "leaks_across_padding": (7, 29, 1234567)}
 

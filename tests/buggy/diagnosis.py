@@ -113,7 +113,8 @@ def leak_each_layer_alone(model, x):
 
 
 def leak_each_layer_own_input(model, x):
-    """Measures each layer alone on what reaches it: not the prefix's dependence on x."""
+    """Correct: each layer measured alone on what reaches it (as buggy.native does); the hidden
+    models never make it disagree with the statement's prefixes (keeps full marks)."""
     h = x
     for k, layer in enumerate(model.layers):
         infl = ok.influence_matrix(layer, h)
