@@ -68,12 +68,14 @@ class LayerStack:
         return len(self.layers)
 
 
-def _attention(w_q, w_k, w_v, w_o, causal: bool) -> Layer:
+def _attention(w_q, w_k, w_v, w_o, causal: bool, extra: int = -1) -> Layer:
     def layer(x: torch.Tensor) -> torch.Tensor:  # (L, D) -> (L, D), residual
         q, k, v = x @ w_q.to(x), x @ w_k.to(x), x @ w_v.to(x)  # (L, D) each
         s = q @ k.T / math.sqrt(x.shape[-1])  # (L, L)
         if causal:
             keep = torch.ones(s.shape, dtype=torch.bool, device=x.device).tril()
+            if 0 <= extra < s.shape[0] - 1:  # query `extra` also sees key `extra + 1`: a one-position leak
+                keep[extra, extra + 1] = True
             s = s.masked_fill(~keep, float("-inf"))
         return x + torch.softmax(s, dim=-1) @ v @ w_o.to(x)
 
@@ -102,17 +104,40 @@ def _mlp(w_1, w_2) -> Layer:
     return layer
 
 
+def _gated(a, g, u, theta: float) -> Layer:
+    """``x + (A @ relu(x g - theta)) u``: A mixes every position, the future too, but only through
+    positions whose gate ``x[j] . g`` exceeds ``theta``; a closed gate has exactly zero influence,
+    so whether this layer leaks depends on what reaches it."""
+
+    def layer(x: torch.Tensor) -> torch.Tensor:  # (L, D) -> (L, D), residual
+        L = x.shape[0]
+        gate = torch.relu(x @ g.to(x) - theta)  # (L,)
+        return x + (a[:L, :L].to(x) @ gate)[:, None] * u.to(x)
+
+    return layer
+
+
 def stack_layer(kind: str, params: dict, causal: bool = True) -> Layer:
     """One layer of a :class:`LayerStack`: ``kind`` "attention" (params ``w_q, w_k, w_v, w_o``
-    (D, D)), "conv" (``filt`` (L_max, D)) or "mlp" (``w_1, w_2`` (D, D)); ``causal=False``
+    (D, D), optional ``extra``: a query that also sees the next key), "conv" (``filt`` (L_max, D)),
+    "mlp" (``w_1, w_2`` (D, D)), "scale" (``c``: x times c), "const" (``bias`` (L_max, D): ignores
+    its input) or "gated" (``a`` (L_max, L_max), ``g``, ``u`` (D,), ``theta``); ``causal=False``
     removes the attention's mask or the convolution's zero-padding (the bug)."""
     if kind == "attention":
-        return _attention(params["w_q"], params["w_k"], params["w_v"], params["w_o"], causal)
+        return _attention(params["w_q"], params["w_k"], params["w_v"], params["w_o"], causal,
+                          int(params.get("extra", -1)))
     if kind == "conv":
         return _conv(params["filt"], causal)
     if kind == "mlp":
         return _mlp(params["w_1"], params["w_2"])
-    raise ValueError(f"unknown layer kind {kind!r}; expected 'attention', 'conv' or 'mlp'")
+    if kind == "scale":
+        return lambda x: x * float(params["c"])
+    if kind == "const":
+        return lambda x: x * 0 + params["bias"][:x.shape[0]].to(x)
+    if kind == "gated":
+        return _gated(params["a"], params["g"], params["u"], float(params["theta"]))
+    raise ValueError(f"unknown layer kind {kind!r}; expected 'attention', 'conv', 'mlp', 'scale', 'const' "
+                     "or 'gated'")
 
 
 def leaks(influence: torch.Tensor, tol: float = LEAK_TOL) -> bool:
@@ -147,7 +172,7 @@ def find_leaking_layer(model: LayerStack, x: torch.Tensor) -> int | None:
 
 #: How each attention layer of a :class:`PaddedDecoder` masks, by name.
 MASK_STYLES = ("correct", "finfo_min", "max_over_all", "no_padding", "after_softmax", "wrong_sign",
-               "wrong_side")
+               "wrong_side", "sink", "window", "soft")
 #: The styles under which real positions never depend on the padding tokens.
 SAFE_STYLES = ("correct", "finfo_min", "max_over_all")
 
@@ -179,6 +204,16 @@ def _weights(s: torch.Tensor, lengths: torch.Tensor, style: str) -> torch.Tensor
     if style == "wrong_sign":  # the padding bias added with the wrong sign
         s = s.masked_fill(~causal, float("-inf")) + 1e4 * (~real).to(s.dtype)
         return torch.softmax(s, dim=-1)
+    if style == "sink":  # position 0 kept as an attention sink, though left padding puts a pad there
+        pos = torch.arange(L, device=s.device)
+        w = torch.softmax(s.masked_fill(~(causal & (real | (pos == 0))), float("-inf")), dim=-1)
+        return torch.nan_to_num(w, nan=0.0)
+    if style == "window":  # a window of 2 keys, no padding mask: only the first real token sees a pad
+        pos = torch.arange(L, device=s.device)
+        near = (pos[:, None] - pos[None, :]) < 2
+        return torch.softmax(s.masked_fill(~(causal & near), float("-inf")), dim=-1)
+    if style == "soft":  # a finite padding bias: the pads keep a weight of about exp(-8)
+        return torch.softmax(s.masked_fill(~causal, float("-inf")) - 8.0 * (~real).to(s.dtype), dim=-1)
     if style == "wrong_side":  # a right-padding mask on a left-padded batch
         right = torch.arange(L, device=s.device) < lengths[:, None]  # (B, L)
         w = torch.softmax(s.masked_fill(~(causal & right[:, None, :]), float("-inf")), dim=-1)
@@ -193,15 +228,16 @@ class PaddedDecoder:
     positions before them are padding (any token ids). ``decoder.vocab_size`` is V.
     Each attention layer masks in the way its entry of ``styles`` says
     (:data:`MASK_STYLES`); with every style in :data:`SAFE_STYLES` the outputs at real
-    positions do not depend on the padding tokens.
+    positions do not depend on the padding tokens beyond ``jitter``: a relative change of at
+    most ``jitter`` that depends on the pads (float noise of a known size, on any CPU).
     """
 
     def __init__(self, emb: torch.Tensor, pos: torch.Tensor, layers: Sequence[dict], head: torch.Tensor,
-                 styles: Sequence[str]):
+                 styles: Sequence[str], jitter: float = 0.0):
         if len(layers) != len(styles):
             raise ValueError(f"{len(layers)} layers but {len(styles)} mask styles")
         self.emb, self.pos, self.layers, self.head = emb, pos, list(layers), head
-        self.styles = list(styles)
+        self.styles, self.jitter = list(styles), float(jitter)
         self.vocab_size = int(emb.shape[0])
 
     def __call__(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -211,7 +247,12 @@ class PaddedDecoder:
             s = (x @ p["w_q"]) @ (x @ p["w_k"]).transpose(-2, -1) / math.sqrt(x.shape[-1])  # (B, L, L)
             x = x + _weights(s, lengths, style) @ (x @ p["w_v"])
             x = x + torch.tanh(x @ p["w_1"]) @ p["w_2"]
-        return x @ self.head  # (B, L, V)
+        out = x @ self.head  # (B, L, V)
+        if self.jitter:
+            pads = (~left_real(lengths, L)).to(out)  # (B, L)
+            pad_sum = (self.emb[tokens].sum(-1) * pads).sum(-1)  # (B,)
+            out = out * (1 + self.jitter * torch.tanh(pad_sum))[:, None, None]
+        return out
 
 
 def leaks_across_padding(decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],

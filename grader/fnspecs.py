@@ -17,11 +17,13 @@ Kinds:
   its influence is zero off the diagonal;
 * ``"layer_stack"``: the ``model`` of ``find_leaking_layer``, an object whose ``layers`` are
   callables (L, D) -> (L, D) applied in order (params ``layers``: a list of dicts with
-  ``kind`` "attention" / "conv" / "mlp", ``causal`` and the layer's tensors);
+  ``kind`` "attention" / "conv" / "mlp" / "scale" / "const" / "gated", ``causal`` and the
+  layer's tensors). Every layer carries ``causal = True`` as an attribute, true or not: what a
+  layer says about itself is no evidence, only its measured influence is;
 * ``"padded_decoder"``: the ``decoder`` of ``leaks_across_padding``,
   ``decoder(tokens (B, L), lengths (B,)) -> (B, L, V)`` over left-padded batches, with
-  ``vocab_size`` (params ``emb``, ``pos``, ``head``, ``layers`` and one mask ``styles`` entry per
-  layer).
+  ``vocab_size`` (params ``emb``, ``pos``, ``head``, ``layers``, one mask ``styles`` entry per
+  layer and an optional ``jitter``).
 
 The last two mirror :mod:`attnmask.diagnosis` line for line: the worker must not import the
 course's package (it holds the references), so the grader keeps its own copy.
@@ -69,11 +71,15 @@ def _elementwise(scale) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def _stack_attention(p, causal: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    extra = int(p.get("extra", -1))  # >= 0: query `extra` also sees key `extra + 1` (a one-position leak)
+
     def layer(x: torch.Tensor) -> torch.Tensor:  # (L, D) -> (L, D), residual
         q, k, v = x @ p["w_q"].to(x), x @ p["w_k"].to(x), x @ p["w_v"].to(x)
         s = q @ k.T / math.sqrt(x.shape[-1])  # (L, L)
         if causal:
             keep = torch.ones(s.shape, dtype=torch.bool, device=x.device).tril()
+            if 0 <= extra < s.shape[0] - 1:
+                keep[extra, extra + 1] = True
             s = s.masked_fill(~keep, float("-inf"))
         return x + torch.softmax(s, dim=-1) @ v @ p["w_o"].to(x)
 
@@ -98,6 +104,33 @@ def _stack_mlp(p) -> Callable[[torch.Tensor], torch.Tensor]:
     return layer
 
 
+def _stack_scale(p) -> Callable[[torch.Tensor], torch.Tensor]:
+    def layer(x: torch.Tensor) -> torch.Tensor:  # position by position: the model's scale
+        return x * float(p["c"])
+
+    return layer
+
+
+def _stack_const(p) -> Callable[[torch.Tensor], torch.Tensor]:
+    def layer(x: torch.Tensor) -> torch.Tensor:  # ignores its input: every influence is 0
+        return x * 0 + p["bias"][:x.shape[0]].to(x)
+
+    return layer
+
+
+def _stack_gated(p) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x + (A @ relu(x g - theta)) u: A mixes every position, the future too, but only through
+    positions whose gate x[j] . g exceeds theta; a closed gate has exactly zero influence, so
+    whether this layer leaks depends on what reaches it."""
+
+    def layer(x: torch.Tensor) -> torch.Tensor:  # (L, D) -> (L, D), residual
+        L = x.shape[0]
+        gate = torch.relu(x @ p["g"].to(x) - float(p["theta"]))  # (L,)
+        return x + (p["a"][:L, :L].to(x) @ gate)[:, None] * p["u"].to(x)
+
+    return layer
+
+
 class _Stack:
     """``layers``: callables (L, D) -> (L, D); calling the stack applies them in order."""
 
@@ -118,8 +151,13 @@ def _layer_stack(layers) -> _Stack:
     for p in layers:
         causal = bool(p.get("causal", True))
         kind = p["kind"]
-        built.append(_stack_attention(p, causal) if kind == "attention" else
-                     _stack_conv(p, causal) if kind == "conv" else _stack_mlp(p))
+        layer = (_stack_attention(p, causal) if kind == "attention" else
+                 _stack_conv(p, causal) if kind == "conv" else
+                 _stack_scale(p) if kind == "scale" else
+                 _stack_const(p) if kind == "const" else
+                 _stack_gated(p) if kind == "gated" else _stack_mlp(p))
+        layer.causal = True  # said of every layer, leaking or not
+        built.append(layer)
     return _Stack(built)
 
 
@@ -144,6 +182,14 @@ def _decoder_weights(s: torch.Tensor, lengths: torch.Tensor, style: str) -> torc
         return torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1) * keep
     if style == "wrong_sign":
         return torch.softmax(s.masked_fill(~causal, float("-inf")) + 1e4 * (~real).to(s.dtype), dim=-1)
+    if style == "sink":  # position 0 kept as an attention sink, though left padding puts a pad there
+        keep = causal & (real | (pos == 0))
+        return torch.nan_to_num(torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1), nan=0.0)
+    if style == "window":  # a window of 2 keys, no padding mask: only the first real token sees a pad
+        near = (pos[:, None] - pos[None, :]) < 2
+        return torch.softmax(s.masked_fill(~(causal & near), float("-inf")), dim=-1)
+    if style == "soft":  # a finite padding bias: the pads keep a weight of about exp(-8)
+        return torch.softmax(s.masked_fill(~causal, float("-inf")) - 8.0 * (~real).to(s.dtype), dim=-1)
     right = (pos < lengths[:, None])[:, None, :]  # "wrong_side": a right-padding mask
     return torch.nan_to_num(torch.softmax(s.masked_fill(~(causal & right), float("-inf")), dim=-1), nan=0.0)
 
@@ -163,7 +209,13 @@ class _PaddedDecoder:
             s = (x @ w["w_q"].to(x)) @ (x @ w["w_k"].to(x)).transpose(-2, -1) / math.sqrt(x.shape[-1])
             x = x + _decoder_weights(s, lengths.to(tokens.device), style) @ (x @ w["w_v"].to(x))
             x = x + torch.tanh(x @ w["w_1"].to(x)) @ w["w_2"].to(x)
-        return x @ p["head"].to(x)
+        out = x @ p["head"].to(x)  # (B, L, V)
+        jitter = float(p.get("jitter", 0.0))
+        if jitter:  # a relative change of at most `jitter` that depends on the pads: float noise, made sure
+            pads = (torch.arange(L, device=tokens.device) < L - lengths.to(tokens.device)[:, None]).to(out)
+            pad_sum = (p["emb"].to(out)[tokens].sum(-1) * pads).sum(-1)  # (B,)
+            out = out * (1 + jitter * torch.tanh(pad_sum))[:, None, None]
+        return out
 
 
 KINDS: dict[str, Callable[..., Callable[..., torch.Tensor]]] = {

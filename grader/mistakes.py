@@ -134,12 +134,24 @@ MISTAKES: dict[str, str] = {
     "leak_layer_after": "the answer is one layer too late: if layers[:k + 1] is the first prefix that "
                         "leaks, the leaking layer is k (layers count from 0), not the prefix's length.",
     "leak_whole_model": "only the whole model was measured: its output tells that the model leaks, not "
-                        "where. Measure each prefix layers[:k + 1] (or each layer on its own input) in turn.",
+                        "where. Measure each prefix layers[:k + 1] in turn.",
     "leak_zero_threshold": "float noise was taken for a leak: an FFT convolution is causal, but its "
                            "influence above the diagonal is about 1e-7 of the largest, not 0. Compare with "
                            "1e-3 x the largest entry, not with 0.",
     "leak_lower_triangle": "the search looks below the diagonal (j < i: the past, which every layer may "
                            "read); the future of query i is the keys j > i, above the diagonal.",
+    "leak_layer_alone": "each layer was measured alone at x: a layer's leak can depend on what reaches it "
+                        "(the layers before may open or close it). Measure the prefix layers[:k + 1] "
+                        "applied to x, as the statement defines.",
+    "leak_threshold_divided": "the threshold does not scale with the model: an absolute threshold, or one "
+                              "divided by the largest entry (1e-3 / I.max()), misses the leak of a model "
+                              "scaled by 1e-4 and takes the float noise of a model scaled by 1e6 for one. "
+                              "Compare with 1e-3 * I.max(), which scales as every entry does.",
+    "leak_zero_matrix": "an influence matrix of zeros was taken for a leak: a model whose first layer "
+                        "ignores its input has no influence at all, and 0 >= 0. The entry must be strictly "
+                        "larger than 1e-3 x the largest (and nothing leaks when the largest is 0).",
+    "leak_one_position": "a leak of one position was missed: the future of query i starts at j = i + 1, the"
+                         " first diagonal above the main one, and a single entry there is a leak.",
     # leaks_across_padding (4.2)
     "pad_all_positions": "the padded positions were compared too: their outputs change with their own token "
                          "in every decoder, correct or not. Compare only the real positions (the last "
@@ -148,7 +160,19 @@ MISTAKES: dict[str, str] = {
                       "are the LAST lengths[b] of each row (positions >= L - lengths[b]).",
     "pad_first_row": "only the first sequence was tested: a leak shows only in rows that have padding, and "
                      "the first row may have none. Refill the padding of every row.",
+    "pad_loose_tolerance": "a small leak was taken for float noise: the tolerance is far too loose (a leak "
+                           "may move a real output by 0.01 or less). Compare with torch.allclose(rtol=1e-4,"
+                           " atol=1e-5).",
+    "pad_fixed_refill": "one fixed refilling missed a leak: ids such as (id + 1) % V, V - 1 - id or 0 can "
+                        "leave a pad's token as it was, or give it the same embedding, so nothing moves. "
+                        "Change every pad to another id drawn at random, and try a few refillings.",
+    "pad_last_position": "only the last position was compared: a leak may reach earlier real positions and "
+                         "not the last one (an attention that sees only its neighbours). Compare every real"
+                         " position.",
+    "pad_nearest_only": "only the pad next to the real tokens was refilled: a leak may come from any pad "
+                        "(an attention sink at position 0, say). Refill every padding position.",
     "pad_exact": "float noise was taken for a leak: a correct decoder may reorder its arithmetic (e.g. "
-                 "subtract a maximum that includes padded scores) and move real outputs by about 1e-7. "
-                 "Compare with torch.allclose(rtol=1e-4, atol=1e-5), not torch.equal.",
+                 "subtract a maximum that includes padded scores) and move real outputs by a relative 1e-6 "
+                 "or less, which is about 1e-2 for outputs near 1e4. Compare with torch.allclose(rtol=1e-4,"
+                 " atol=1e-5): not torch.equal, and not an absolute tolerance alone.",
 }

@@ -8,6 +8,7 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
+from ..fnspecs import build
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, FnSpec, exercise
 from .common import answers as A
@@ -178,6 +179,112 @@ def random_stack(gen: torch.Generator, leaky: bool, *, telling: bool = False) ->
     return Call((stack_spec(gen, L, D, kinds, leak_at), cases.randn(gen, L, D)))
 
 
+#: The classes of model that separate the statement's measurement (each prefix, a threshold
+#: relative to the largest entry, every entry above the diagonal) from its shortcuts; every
+#: hidden set holds one of each (:func:`special_stack`).
+SPECIAL = ("scaled down, leaking", "scaled up, clean", "first layer ignores its input", "one-position leak",
+           "leak opened by the layers before", "leak closed by the layers before")
+
+
+def _random_layers(gen: torch.Generator, n: int, L: int, D: int, leak_at: int | None = None) -> list[dict]:
+    """``n`` random attention / conv / mlp layers, the one at ``leak_at`` (made attention or conv)
+    without its causality."""
+    kinds = [LAYER_KINDS[cases.integer(gen, 0, 2)] for _ in range(n)]
+    if leak_at is not None and kinds[leak_at] == "mlp":
+        kinds[leak_at] = LAYER_KINDS[cases.integer(gen, 0, 1)]
+    return [stack_layer_spec(gen, kind, L, D, k != leak_at) for k, kind in enumerate(kinds)]
+
+
+def _gated_spec(gen: torch.Generator, L: int, D: int) -> dict:
+    """A ``gated`` layer (:mod:`grader.fnspecs`) whose threshold is set later."""
+    return {"kind": "gated", "a": cases.randn(gen, L, L), "g": cases.randn(gen, D),
+            "u": cases.randn(gen, D, scale=0.5), "theta": 0.0}
+
+
+def _gate_peak(g: torch.Tensor, h: torch.Tensor) -> float:
+    """The largest gate input ``h[j] . g`` over the positions j >= 1 (the ones with a past to leak into)."""
+    return float((h[1:] @ g).max())
+
+
+def _ratios(spec: FnSpec, x: torch.Tensor) -> tuple[list[float], list[float]]:
+    """For each k: the largest influence above the diagonal over the largest, of the prefix
+    ``layers[:k + 1]`` at x and of layer k alone at x (0 where every influence is 0)."""
+    model = build(spec)
+
+    def ratio(f) -> float:
+        infl = am.influence_matrix(f, x)
+        top = float(infl.max())
+        return float(infl.triu(1).max()) / top if top > 0 else 0.0
+
+    return ([ratio(am.LayerStack(model.layers[:k + 1])) for k in range(len(model.layers))],
+            [ratio(layer) for layer in model.layers])
+
+
+def _clear(prefix: list[float], want: int | None) -> bool:
+    """Whether the answer ``want`` holds with wide margins around the 1e-3 threshold: the prefixes
+    before it at most float noise (1e-5), the one that ends at it a real leak (1e-2)."""
+    before = prefix if want is None else prefix[:want]
+    return all(r < 1e-5 for r in before) and (want is None or prefix[want] > 1e-2)
+
+
+def special_stack(gen: torch.Generator, which: str) -> Call:
+    """One model of the class ``which`` (:data:`SPECIAL`), redrawn until its answer holds with wide
+    margins (and, for the gated ones, until layer-alone measurement at x answers otherwise)."""
+    for _ in range(200):
+        L, D = cases.integer(gen, 4, 5), cases.integer(gen, 2, 3)
+        x = cases.randn(gen, L, D)
+        want: int | None = None
+        if which == "scaled down, leaking":  # a relative threshold scales; an absolute or divided one not
+            n = cases.integer(gen, 2, 3)
+            want = 1 + cases.integer(gen, 0, n - 1)
+            layers = [{"kind": "scale", "c": 1e-4}] + _random_layers(gen, n, L, D, want - 1)
+        elif which == "scaled up, clean":  # float noise of a convolution, times 1e6
+            layers = _random_layers(gen, cases.integer(gen, 1, 2), L, D)
+            layers.insert(cases.integer(gen, 0, len(layers)), stack_layer_spec(gen, "conv", L, D, True))
+            layers.append({"kind": "scale", "c": 1e6})
+        elif which == "first layer ignores its input":  # every influence is 0: nothing leaks, and 0 >= 0
+            # the layers after it are causal: a leaking one would leak on its own input while the
+            # model's output, constant in x, never does; the statement's prefixes and measuring each
+            # layer on what reaches it (a correct reading) then disagree, which no check may judge
+            layers = ([{"kind": "const", "bias": cases.randn(gen, L, D)}]
+                      + _random_layers(gen, cases.integer(gen, 2, 3), L, D))
+        elif which == "one-position leak":  # one entry above the diagonal, next to it
+            n = cases.integer(gen, 2, 4)
+            layers = _random_layers(gen, n, L, D)
+            want = cases.integer(gen, 0, n - 1)
+            layers[want] = stack_layer_spec(gen, "attention", L, D, True)
+            layers[want]["extra"] = cases.integer(gen, 0, L - 2)
+        else:  # gated: what reaches the layer opens or closes its leak
+            opens = which == "leak opened by the layers before"
+            layers = _random_layers(gen, cases.integer(gen, 0 if not opens else 1, 2), L, D)
+            layers.append({"kind": "scale", "c": 5.0 if opens else 0.1})
+            gated = _gated_spec(gen, L, D)
+            h = build(FnSpec("layer_stack", {"layers": layers}))(x)  # what reaches the gated layer
+            alone, reached = _gate_peak(gated["g"], x), _gate_peak(gated["g"], h)
+            if abs(reached - alone) < 1.0:  # the gate's margin: 0.5 either side of theta
+                continue
+            gated["theta"] = (alone + reached) / 2
+            if opens:
+                want = len(layers)
+                layers += [gated] + _random_layers(gen, cases.integer(gen, 0, 1), L, D)
+            else:
+                n = cases.integer(gen, 1, 2)
+                leak = cases.integer(gen, 0, n) if cases.integer(gen, 0, 1) else None
+                want = None if leak is None or leak == n else len(layers) + 1 + leak
+                layers += [gated] + _random_layers(gen, n, L, D, None if want is None else leak)
+        spec = FnSpec("layer_stack", {"layers": layers})
+        prefix, alone = _ratios(spec, x)
+        if not _clear(prefix, want):
+            continue
+        gated_at = next((k for k, layer in enumerate(layers) if layer["kind"] == "gated"), None)
+        if gated_at is not None and (alone[gated_at] > 1e-2) == (which == "leak opened by the layers before"):
+            continue
+        if gated_at is not None and 1e-5 <= alone[gated_at] <= 1e-2:
+            continue
+        return Call((spec, x))
+    raise RuntimeError(f"no {which!r} model with wide margins in 200 draws")
+
+
 def first_leak(model, x: torch.Tensor, rule) -> int | None:
     """The first k for which ``rule(influence of layers[:k + 1])`` holds: the mistakes' searches."""
     for k in range(len(model.layers)):
@@ -202,6 +309,17 @@ def diagnose_leaking_layer(args, kwargs, got, index, dtype) -> str | None:
          lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) > 0).any())))),
         (M["leak_lower_triangle"],
          lambda: leak_answer(first_leak(model, x, lambda i: bool((i.tril(-1) > tol * i.max()).any())))),
+        (M["leak_layer_alone"], lambda: leak_answer(next(
+            (k for k, layer in enumerate(model.layers) if am.diagnosis.leaks(am.influence_matrix(layer, x))),
+            None))),
+        (M["leak_threshold_divided"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) > tol / i.max()).any())))),
+        (M["leak_threshold_divided"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) > tol).any())))),
+        (M["leak_zero_matrix"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(1) >= tol * i.max()).any())))),
+        (M["leak_one_position"],
+         lambda: leak_answer(first_leak(model, x, lambda i: bool((i.triu(2) > tol * i.max()).any())))),
     ], dtype)
 
 
@@ -215,10 +333,11 @@ def leaking_check(name: str, calls: list[Call], *, public: bool = False, edge: b
 
 
 def public_stacks() -> list[Call]:
-    """Four fixed models of 4 layers: clean, leaking at layer 0, at layer 2 (a convolution), at the last."""
+    """Four fixed models of 4 layers (L = 4, D = 3: cheap enough for a loaded machine): clean, leaking at
+    layer 0, at layer 2 (a convolution), at the last."""
     gen = cases.generator(cases.PUBLIC_SEED, "find_leaking_layer")
     kinds = ["attention", "conv", "mlp", "attention"]
-    return [Call((stack_spec(gen, 5, 4, k, leak), cases.randn(gen, 5, 4)))
+    return [Call((stack_spec(gen, 4, 3, k, leak), cases.randn(gen, 4, 3)))
             for k, leak in ((kinds, None), (kinds, 0), (["attention", "mlp", "conv", "attention"], 2),
                             (kinds, 3))]
 
@@ -237,10 +356,13 @@ def find_leaking_layer_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         return checks
     checks.append(P.unchanged(LEAKING, "does not modify x", pub[1:2]))  # run publicly (with_public_rules)
     gen = cases.generator(seed, "find_leaking_layer")
-    for c in range(3):
-        # 10 models of 3 to 5 layers, 3 of them clean: a blind guess passes once in 2**20 tries or less
-        calls = [random_stack(gen, leaky=i >= 3, telling=i in (0, 3)) for i in range(10)]
-        checks.append(leaking_check(f"10 random models, 3 clean (set {c + 1})", calls))
+    for c in ("first", "second", "third"):
+        # 6 random models of 3 to 5 layers (2 clean), then one of each SPECIAL class: a blind guess
+        # passes once in 2**20 tries or less, and each shortcut of the measurement fails every set
+        calls = ([random_stack(gen, leaky=i >= 2, telling=i in (0, 2)) for i in range(6)]
+                 + [special_stack(gen, which) for which in SPECIAL])
+        checks.append(leaking_check(f"random models, then scaled ones, gated ones and a one-position leak "
+                                    f"({c} set)", calls))
     on_gpu = [Call(c.args, {}, "cuda") for c in (random_stack(gen, False), random_stack(gen, True))]
     checks.append(Check("a clean and a leaking model, x on CUDA", on_gpu,
                         A.answers_judge(LEAKING, "index", "the leaking layer"), requires="cuda", kind="edge"))

@@ -13,6 +13,7 @@ import attnmask as am
 
 from .. import cases
 from .. import diagnose as dg
+from ..fnspecs import build
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, FnSpec, exercise
 from .ch3_padding import lengths_mask_checks
@@ -79,18 +80,28 @@ def decoder_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
 
 #: Mask styles of the hidden decoders (:mod:`grader.fnspecs`, ``padded_decoder``), per layer.
 SAFE = (("correct",), ("finfo_min",), ("correct", "finfo_min"))
-NOISY = (("max_over_all",), ("correct", "max_over_all"))  # correct, up to float noise
+NOISY = (("max_over_all",), ("correct", "max_over_all"))  # correct, up to float noise (and JITTER)
 LEAKY = (("no_padding",), ("after_softmax",), ("wrong_sign",), ("wrong_side",), ("correct", "no_padding"),
          ("finfo_min", "after_softmax"))
+#: The styles that leak.
+LEAKING = ({style for styles in LEAKY for style in styles} - {"correct", "finfo_min"}
+           | {"soft", "window", "sink"})
 
 
-def decoder_spec(gen: torch.Generator, styles: tuple[str, ...], V: int, D: int, L: int) -> FnSpec:
+#: The relative change a noisy correct decoder makes at real positions as the pads change: float
+#: noise of a known size (a hundredth of rtol), so that it differs in its last bits on every CPU
+#: and stays within the tolerance on every CPU.
+JITTER = 1e-6
+
+
+def decoder_spec(gen: torch.Generator, styles: tuple[str, ...], V: int, D: int, L: int, *,
+                 jitter: float = 0.0, head_scale: float = 1.0) -> FnSpec:
     """A ``padded_decoder`` whose attention layers mask as ``styles`` say."""
     w = lambda: cases.randn(gen, D, D, scale=1.0 / D**0.5)  # noqa: E731
     layers = [{"w_q": w(), "w_k": w(), "w_v": w(), "w_1": w(), "w_2": w()} for _ in styles]
     return FnSpec("padded_decoder", {"emb": cases.randn(gen, V, D), "pos": cases.randn(gen, L, D, scale=0.5),
-                                     "head": cases.randn(gen, D, V, scale=1.0 / D**0.5), "layers": layers,
-                                     "styles": list(styles)})
+                                     "head": cases.randn(gen, D, V, scale=head_scale / D**0.5),
+                                     "layers": layers, "styles": list(styles), "jitter": jitter})
 
 
 def padded_batch(gen: torch.Generator, V: int, full_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,44 +117,154 @@ def padded_batch(gen: torch.Generator, V: int, full_first: bool) -> tuple[torch.
 def decoder_call(gen: torch.Generator, styles: tuple[str, ...], full_first: bool) -> Call:
     V, D = cases.integer(gen, 6, 12), cases.integer(gen, 4, 8)
     tokens, lengths = padded_batch(gen, V, full_first)
-    return Call((decoder_spec(gen, styles, V, D, tokens.shape[1]), tokens, lengths))
+    noisy = any(style not in ("correct", "finfo_min") for style in styles) and not set(styles) & LEAKING
+    return Call((decoder_spec(gen, styles, V, D, tokens.shape[1], jitter=JITTER if noisy else 0.0),
+                 tokens, lengths))
 
 
-def refill_search(decoder, tokens, lengths, refill, compare, trials: int = 3) -> bool:
+#: The decoders that separate the statement's test from its shortcuts; the hidden set holds one of
+#: each (:func:`special_decoder`).
+SPECIAL = ("a small leak", "correct, large outputs", "leaks unless a pad keeps its embedding",
+           "odd V, the pads hold the middle id", "the pads hold token 0",
+           "a leak that misses the last position",
+           "a leak from the first pad only")
+
+
+def changes(call: Call, trials: int = 3) -> tuple[float, float, float]:
+    """How the real outputs move under the reference's refillings, as the largest |change| /
+    (atol + rtol |old|) of a refilling: (its smallest over the trials, its largest over the trials,
+    the largest |change| itself)."""
+    decoder, tokens, lengths = build(call.args[0]), call.args[1], call.args[2]
+    real = am.diagnosis.left_real(lengths, tokens.shape[1])
+    base = decoder(tokens, lengths)[real]
+    rng = torch.Generator().manual_seed(0)
+    V, least, greatest, most = decoder.vocab_size, float("inf"), 0.0, 0.0
+    for _ in range(trials):
+        shift = torch.randint(1, V, tokens.shape, generator=rng)
+        out = decoder(torch.where(real, tokens, (tokens + shift) % V), lengths)[real]
+        moved = (out - base).abs()
+        allowed = am.diagnosis.PAD_ATOL + am.diagnosis.PAD_RTOL * base.abs()
+        ratio = float((moved / allowed).max())
+        least, greatest, most = min(least, ratio), max(greatest, ratio), max(most, float(moved.max()))
+    return least, greatest, most
+
+
+def special_decoder(gen: torch.Generator, which: str) -> Call:
+    """One decoder and batch of the class ``which`` (:data:`SPECIAL`), redrawn until its answer
+    holds with a margin of 100 either side of the tolerance."""
+    for _ in range(200):
+        V, D = cases.integer(gen, 6, 12), cases.integer(gen, 4, 8)
+        tokens, lengths = padded_batch(gen, V, False)
+        L = tokens.shape[1]
+        pads = ~am.diagnosis.left_real(lengths, L)
+        styles, leaky, jitter, head = ("no_padding",), True, 0.0, 1.0
+        if which == "a small leak":  # moves real outputs by about 1e-2: an atol of 1 misses it
+            styles = ("soft",)
+        elif which == "correct, large outputs":  # float noise of outputs near 1e4: no rtol, no pass
+            styles, leaky, jitter, head = SAFE[cases.integer(gen, 0, len(SAFE) - 1)], False, JITTER, 1e4
+        elif which == "leaks unless a pad keeps its embedding":  # ids 2m, 2m + 1 share an embedding
+            even = 2 * torch.randint(0, (V - 1) // 2, tokens.shape, generator=gen)
+            tokens = torch.where(pads, even, tokens)
+        elif which == "odd V, the pads hold the middle id":
+            V += 1 - V % 2
+            tokens = torch.where(pads, torch.full_like(tokens, (V - 1) // 2), tokens % V)
+        elif which == "the pads hold token 0":
+            tokens = torch.where(pads, torch.zeros_like(tokens), tokens)
+        elif which == "a leak that misses the last position":  # a window of 2; 2 real tokens or more
+            lengths = lengths.clamp(min=2)
+            styles = ("window",)
+        else:  # an attention sink at position 0: only the first pad leaks; 2 pads or more where any
+            lengths = torch.where(lengths < L, lengths.clamp(max=L - 2), lengths)
+            styles = ("sink",)
+        if not bool((lengths < L).any()):
+            continue
+        spec = decoder_spec(gen, styles, V, D, L, jitter=jitter, head_scale=head)
+        if which == "leaks unless a pad keeps its embedding":
+            spec.params["emb"][1::2] = spec.params["emb"][0:V - V % 2:2]
+        call = Call((spec, tokens, lengths))
+        least, greatest, most = changes(call, trials=3 if leaky else 6)
+        if leaky and least > 100 and (which != "a small leak" or most < 0.1):
+            return call
+        if not leaky and greatest < 0.05 and most > 1e-3:
+            return call
+    raise RuntimeError(f"no {which!r} decoder with a margin of 100 in 200 draws")
+
+
+def refill_search(decoder, tokens, lengths, refill, compare, trials: int = 3, *, ids=None) -> bool:
     """The mistakes' tests: True when ``compare(out, base, real)`` finds a change after the
-    positions ``refill`` (bool (B, L)) get other tokens."""
+    positions ``refill`` (bool (B, L)) get other tokens: random other ids, or ``ids(tokens)`` (one
+    fixed refilling, tried once)."""
     base = decoder(tokens, lengths)
     real = am.diagnosis.left_real(lengths, tokens.shape[1])
     gen = torch.Generator().manual_seed(0)
-    for _ in range(trials):
-        V = decoder.vocab_size
-        other = (tokens + torch.randint(1, V, tokens.shape, generator=gen)) % V
+    V = decoder.vocab_size
+    for _ in range(1 if ids is not None else trials):
+        shift = torch.randint(1, V, tokens.shape, generator=gen)
+        other = ids(tokens) if ids is not None else (tokens + shift) % V
         out = decoder(torch.where(refill(real), other, tokens), lengths)
         if compare(out, base, real):
             return True
     return False
 
 
-def diagnose_padding(args, kwargs, got, index, dtype) -> str | None:
-    decoder, tokens, lengths = args
-    L = tokens.shape[1]
-    close = lambda a, b: torch.allclose(a, b, rtol=am.diagnosis.PAD_RTOL, atol=am.diagnosis.PAD_ATOL)  # noqa: E731
+def padding_mistakes(decoder, tokens, lengths) -> list[tuple[str, bool]]:
+    """What each classic mistake of the padding test answers, as (message, answer)."""
+    B, L = tokens.shape
+    V = decoder.vocab_size
+    rtol, atol = am.diagnosis.PAD_RTOL, am.diagnosis.PAD_ATOL
+    close = lambda a, b: torch.allclose(a, b, rtol=rtol, atol=atol)  # noqa: E731
     right_pad = torch.arange(L) >= lengths[:, None]  # what a right-padding reading calls padding
+    nearest = torch.arange(L) == (L - lengths - 1)[:, None]  # the pad next to the real tokens
 
-    def first_row(out, base, real):
-        return not close(out[0][real[0]], base[0][real[0]])
+    def pads(r):
+        return ~r
 
-    return dg.name_mistake(got, [
-        (M["pad_exact"], lambda: torch.tensor(int(refill_search(
-            decoder, tokens, lengths, lambda r: ~r, lambda o, b, r: not torch.equal(o[r], b[r]))))),
-        (M["pad_all_positions"], lambda: torch.tensor(int(refill_search(
-            decoder, tokens, lengths, lambda r: ~r, lambda o, b, r: not close(o, b))))),
-        (M["pad_first_row"], lambda: torch.tensor(int(refill_search(
-            decoder, tokens, lengths, lambda r: ~r, first_row)))),
-        (M["pad_right_side"], lambda: torch.tensor(int(refill_search(
-            decoder, tokens, lengths, lambda r: right_pad,
-            lambda o, b, r: not close(o[~right_pad], b[~right_pad]))))),
-    ], dtype)
+    def real_moved(o, b, r):
+        return not close(o[r], b[r])
+
+    def moved_beyond(rtol_, atol_):
+        return lambda o, b, r: not torch.allclose(o[r], b[r], rtol=rtol_, atol=atol_)
+
+    tests = [
+        (M["pad_fixed_refill"], lambda: refill_search(decoder, tokens, lengths, pads, real_moved,
+                                                      ids=lambda t: (t + 1) % V)),
+        (M["pad_fixed_refill"], lambda: refill_search(decoder, tokens, lengths, pads, real_moved,
+                                                      ids=lambda t: V - 1 - t)),
+        (M["pad_fixed_refill"], lambda: refill_search(decoder, tokens, lengths, pads, real_moved,
+                                                      ids=torch.zeros_like)),
+        (M["pad_loose_tolerance"], lambda: refill_search(decoder, tokens, lengths, pads,
+                                                         moved_beyond(rtol, 1.0))),
+        (M["pad_last_position"], lambda: refill_search(decoder, tokens, lengths, pads,
+                                                       lambda o, b, r: not close(o[:, -1], b[:, -1]))),
+        (M["pad_nearest_only"], lambda: refill_search(decoder, tokens, lengths, lambda r: nearest,
+                                                      real_moved)),
+        (M["pad_exact"], lambda: refill_search(decoder, tokens, lengths, pads,
+                                               lambda o, b, r: not torch.equal(o[r], b[r]))),
+        (M["pad_exact"], lambda: refill_search(decoder, tokens, lengths, pads, moved_beyond(0.0, atol))),
+        (M["pad_all_positions"], lambda: refill_search(decoder, tokens, lengths, pads,
+                                                       lambda o, b, r: not close(o, b))),
+        (M["pad_first_row"], lambda: refill_search(decoder, tokens, lengths, pads,
+                                                   lambda o, b, r: not close(o[0][r[0]], b[0][r[0]]))),
+        # last: on a causal decoder it answers False whatever the mask, so it fits any missed leak
+        (M["pad_right_side"], lambda: refill_search(decoder, tokens, lengths, lambda r: right_pad,
+                                                    lambda o, b, r: not close(o[~right_pad], b[~right_pad]))),
+    ]
+    out = []
+    for message, test in tests:
+        try:
+            out.append((message, bool(test())))
+        except Exception:  # noqa: BLE001,S112 -- a recogniser that cannot apply just does not match
+            continue
+    return out
+
+
+def diagnose_padding(args, kwargs, got, index, dtype) -> str | None:
+    """The classic mistake behind a wrong answer: the first of :func:`padding_mistakes`, most
+    specific first, that answers as the student did where the reference answers otherwise."""
+    decoder, tokens, lengths = args
+    want = am.leaks_across_padding(decoder, tokens, lengths)
+    named = [(m, a) for m, a in padding_mistakes(decoder, tokens, lengths) if a != want]
+    return dg.name_mistake(got, [(m, lambda a=a: torch.tensor(int(a))) for m, a in named], dtype)
 
 
 def padding_answer(decoder, tokens, lengths) -> torch.Tensor:
@@ -175,7 +296,7 @@ def decoder_set(gen: torch.Generator, n_safe: int, n_noisy: int, n_leaky: int) -
 def leaks_across_padding_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     pub = cases.generator(cases.PUBLIC_SEED, "leaks_across_padding")
     calls = [decoder_call(pub, ("correct",), True), decoder_call(pub, ("no_padding",), False),
-             decoder_call(pub, ("max_over_all",), False), decoder_call(pub, ("correct", "no_padding"), True)]
+             decoder_call(pub, ("max_over_all",), False), decoder_call(pub, ("correct", "no_padding"), False)]
     checks = [
         padding_check("a correct decoder and one with no padding mask", calls[:2], public=True, edge=True),
         padding_check("correct up to float noise; only the second layer leaks", calls[2:], public=True,
@@ -185,8 +306,11 @@ def leaks_across_padding_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         return checks
     checks.append(P.unchanged(PADDING, "does not modify tokens or lengths", calls[:1]))  # run publicly
     gen = cases.generator(seed, "leaks_across_padding")
-    # 24 decoders, each answered right by a blind guess half the time: 1 in 2**24 passes them all
-    checks.append(padding_check("24 decoders, 12 correct", decoder_set(gen, 8, 4, 12)))
+    # 24 random decoders, each answered right by a blind guess half the time (1 in 2**24 passes them
+    # all), then one of each SPECIAL class, which a shortcut of the test answers wrong
+    calls = decoder_set(gen, 8, 4, 12) + [special_decoder(gen, which) for which in SPECIAL]
+    checks.append(padding_check("random decoders, then small leaks, large outputs, leaks that need the "
+                                "right refilling", calls))
     on_gpu = [Call(c.args, {}, "cuda") for c in decoder_set(gen, 1, 0, 1)]
     checks.append(Check("a correct and a leaking decoder, on CUDA", on_gpu,
                         A.answers_judge(PADDING, "bool", "whether it leaks"), requires="cuda", kind="edge"))

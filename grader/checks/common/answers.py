@@ -44,6 +44,21 @@ def decode(t: torch.Tensor, kind: str) -> str:
     return str(bool(v))
 
 
+def wrong_answer(got: torch.Tensor, want: torch.Tensor, kind: str) -> str:
+    """What was wrong with the answer, in words that still read when a hidden check's numbers are
+    masked: which way it missed, then the values."""
+    g, w = int(got), int(want)
+    if kind == "bool":
+        return ("answered True, but the decoder does not leak" if g
+                else "answered False, but the decoder leaks")
+    if g < 0:
+        return f"answered None, but a layer leaks (the first is layer {w})"
+    if w < 0:
+        return f"answered layer {g}, but no layer leaks"
+    side = "a later" if g > w else "an earlier"
+    return f"answered layer {g}, {side} layer than the first that leaks (layer {w})"
+
+
 def describe(answer: Any) -> str:
     if answer is None or type(answer) in (bool, int):
         return repr(answer)
@@ -53,7 +68,8 @@ def describe(answer: Any) -> str:
 @rebuildable(names_mistakes=True)
 def answers_judge(recipe: Recipe, kind: str, what: str):
     """Every call's returned answer (``kind`` "index" or "bool") equals the reference's.
-    ``what`` names the answer in messages ("the leaking layer")."""
+    ``what`` names the answer ("the leaking layer"); the messages say which way a wrong one missed
+    (:func:`wrong_answer`)."""
 
     def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
         for call, outcome in zip(calls, outcomes):
@@ -69,7 +85,7 @@ def answers_judge(recipe: Recipe, kind: str, what: str):
                 continue
             args, kwargs = cpu_args(call)
             said = recipe.diagnosis(call, args, kwargs, got, 0, float_dtype(call))
-            wrong = f"answered {decode(got, kind)} where {what} is {decode(want, kind)}"
+            wrong = wrong_answer(got, want, kind)
             return dg.fail(f"{wrong}: {said}" if said else wrong, f"inputs: {inputs}")
         return dg.PASS
 
