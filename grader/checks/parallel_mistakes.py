@@ -51,6 +51,9 @@ MISTAKES11: dict[str, str] = {
     "ring_local_steps": MG.RING_LOCAL,
     "ring_no_merge": MG.RING_NO_MERGE,
     "ring_stale_lse": MG.RING_STALE_LSE,
+    "ring_one_pass": "the (L, L) scores are held at once: out and lse come from attention over all the "
+                     "keys, not from the ring. Each rank holds one shard's keys at a step: its out and lse "
+                     "are the merge of the partial results of the steps it ran, with your merge_partials.",
     "cascade_suffix_unmasked": "the suffix's padding keys are attended: sequence n has suffix_lengths[n] "
                                "real keys; mask the rest (a sequence with none has an all-False suffix "
                                "row, lse -inf).",

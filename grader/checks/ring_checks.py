@@ -19,6 +19,7 @@ from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
 from . import judges as J
+from . import live_memory as LM
 from . import merging as MG
 from . import properties as P
 from .parallel_mistakes import MISTAKES11
@@ -27,6 +28,8 @@ from .tile_inputs import qkv
 M = MISTAKES
 X = MISTAKES11
 F32 = torch.float32
+#: (L, world) of the memory check: one step's scores are (2c, 2c) = (32, 32), the whole (L, L) 64 times that
+RING_MEMORY = (256, 8)
 
 
 # --------------------------------------------------------------------------- zigzag_ring_mask
@@ -128,7 +131,8 @@ def ring_steps(name: str, calls: list[Call], public: bool = False, edge: bool = 
 @exercise(6, "ring_attention(q, k, v, world, layout='zigzag'): (out (B, H, L, dv), lse (B, H, L), steps): "
           "causal attention computed on a simulated ring of `world` ranks; steps[r] lists, in ring order, "
           "the (out_s, lse_s) of each step rank r ran (its local queries over the shard it held alone; "
-          "all-False steps skipped), merged with your merge_partials.")
+          "all-False steps skipped), merged with your merge_partials; the floating tensors it holds alive "
+          "at once stay below half of the B·H·L·L scores.")
 def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = RING_ATT
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -162,6 +166,13 @@ def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         Check("on the inputs' device (meta), layout left out",
               [Call(ring_case(gen, 3, "zigzag", B, c).args[:4], device="meta")],
               MG.ring_device_judge(R.name, R.arg_names), kind="property"),
+        # A rank sees its shard: the ring never holds the (L, L) scores, so full causal attention in one
+        # call beside correct steps holds over half of them and loses more than half the points here.
+        Check(f"holds less than half of the (L, L) scores alive at once (B=1, H=2, L={RING_MEMORY[0]}, "
+              f"world={RING_MEMORY[1]}, both layouts)",
+              [Call((*qkv(gen, 1, 2, RING_MEMORY[0], RING_MEMORY[0], 2, 2), RING_MEMORY[1], layout),
+                    allocations=True) for layout in ("zigzag", "contiguous")],
+              LM.live_memory_judge(R, X["ring_one_pass"]), kind="property", weight=12.0),
         Check("matches on CUDA (world = 3, both layouts)",
               [Call(x.args, device=dev)
                for x in (ring_case(gen, 3, "zigzag", B, c), ring_case(gen, 3, "contiguous"))

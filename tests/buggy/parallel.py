@@ -331,3 +331,22 @@ def cascade_recompute(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths)
     real = torch.cat([torch.ones(N, P, dtype=torch.bool), torch.arange(S) < suffix_lengths[:, None]], dim=1)
     o, s = ok.attention_lse(q[:, :, None], k, v, real[:, None, None, :])
     return o[:, :, 0], s[:, :, 0]
+
+
+def ring_att_steps_then_one_pass(q, k, v, world, layout="zigzag"):
+    """Every step right, then out and lse from one causal attention over all keys: the ring's merge
+    is never done, and the (L, L) scores are held at once."""
+    _, _, steps = ok.ring_attention(q, k, v, world, layout)
+    L = q.shape[-2]
+    out, lse = ok.attention_lse(q, k, v, torch.ones(L, L, dtype=torch.bool, device=q.device).tril())
+    return out, lse, steps
+
+
+def ring_att_steps_then_causal_sdpa_like(q, k, v, world, layout="zigzag"):
+    """Every step right, then out and lse by hand from the whole causal score matrix (no helper)."""
+    _, _, steps = ok.ring_attention(q, k, v, world, layout)
+    L = q.shape[-2]
+    s = (q.float() @ k.float().mT / math.sqrt(q.shape[-1])).masked_fill(
+        ~torch.ones(L, L, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return (torch.exp(s - lse[..., None]) @ v.float()).to(q.dtype), lse, steps
