@@ -5,7 +5,8 @@ The shortcuts (tests/buggy/tiled.py, tests/buggy/parallel.py): a forward or back
 whole score or weight matrix (built whole, kept tile by tile, or kept by autograd), a backward that
 recomputes the lse and out instead of following the given ones (a forward of its own, autograd,
 torch.func.vjp), a ring whose out and lse come from one pass over all keys beside correct steps, and a
-cascade that reads the prefix once per sequence."""
+cascade that reads the prefix once per sequence, and a capstone whose gradients come from autograd
+(no Function, or a Function whose backward is autograd) or from weights saved whole."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ SHORTCUTS = [
     ("ring_attention", pl.ring_att_one_pass),
     ("ring_attention", pl.ring_att_steps_then_one_pass),
     ("ring_attention", pl.ring_att_steps_then_causal_sdpa_like),
+    ("tiled_attention_fn", tl.fn_no_function),
+    ("tiled_attention_fn", tl.fn_backward_by_autograd),
+    ("tiled_attention_fn", tl.fn_saves_weights),
     ("cascade_attention", pl.cascade_per_sequence),
     ("cascade_attention", pl.cascade_recompute),
 ]
@@ -57,8 +61,8 @@ def test_a_shortcut_loses_more_than_half(name, fn, seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", ["tiled_attention", "tiled_attention_backward", "ring_attention",
-                                  "cascade_attention"])
+@pytest.mark.parametrize("name", ["tiled_attention", "tiled_attention_backward", "tiled_attention_fn",
+                                  "ring_attention", "cascade_attention"])
 def test_the_course_answers_keep_every_point(name, seed):
     assert share(getattr(correct, name), name, seed) == 1.0
     assert share(getattr(am, name), name, seed) == 1.0
@@ -85,6 +89,6 @@ def test_the_live_record_sees_what_autograd_keeps_for_its_backward():
     mask = torch.rand(1, 2, 64, 64) < 0.8
     out, lse = am.attention_lse(q, k, v, mask)
     d_out = torch.randn_like(out)
-    tiled = execute(am.tiled_attention_backward, Call((q, k, v, out, lse, d_out, mask, 4), allocations=True))
-    autograd = execute(tl.backward_autograd_tiled, Call((q, k, v, out, lse, d_out, mask, 4), allocations=True))
+    call = Call((q, k, v, out, lse, d_out, mask, 4), allocations=True)
+    tiled, autograd = execute(am.tiled_attention_backward, call), execute(tl.backward_autograd_tiled, call)
     assert tiled.peak < 2 * 64 * 64 <= autograd.peak

@@ -205,7 +205,7 @@ def partly_blocked(gen, B, H, Lq, Lk, tile) -> torch.Tensor:
     return mask
 
 
-@exercise(7.0, "tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64): (dq, dk, dv) of "
+@exercise(6.0, "tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64): (dq, dk, dv) of "
           "attention, one key tile at a time, each tile's weights recomputed as exp(q·k / sqrt(d) - lse) "
           "from the given lse (-inf on fully masked rows) and D = rowsum(d_out * out) from the given out, "
           "whatever a forward would give; zero gradients for fully masked rows, all-False tiles skipped; "
@@ -245,7 +245,7 @@ def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[
     keys = (torch.arange(Lk) < cases.lengths(gen, B, Lk)[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
     S = lambda *a: saved(gen, *a)  # noqa: E731
     long_q = Lk + cases.integer(gen, 1, 3)  # more queries than keys
-    big = cases.random_mask(gen, *MEMORY[:4], p=0.8)
+    big = cases.random_mask(gen, 1, 1, *MEMORY[2:4], p=0.8)  # shared by the heads
     return checks + [
         J.values(R, "matches autograd (B=2, per-head and shared masks, tile not dividing Lk)",
                  [Call(S(*x(), per_head()), {"tile": tile}), Call((*S(*x(), shared()), tile))]),
@@ -286,7 +286,7 @@ def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[
         # The given lse and out are the contract: a backward that recomputes them (autograd through a
         # forward, or a second tiled forward) follows what the forward would save, not what it was
         # given, and loses more than half the points here alone.
-        J.values(R, "follows the given lse and out (lse + log 2 on some rows, out scaled on others)",
+        J.values(R, "follows the given lse and out (random sizes, a per-head mask and none, long keys)",
                  [Call(given(gen, *x(), per_head()), {"tile": tile}),
                   Call(given(gen, *x(Lk=3 * tile + 1), None), {"tile": tile})], weight=20.0),
         # Right gradients from the whole weight matrix are autograd's, not this exercise's: what the call

@@ -10,7 +10,8 @@ the B·H·Lq·Lk score matrix, which the worker records for the calls that ask i
 
 ``tiled_attention_backward`` is declared here too; its checks, mistakes (:data:`MISTAKES8`)
 and inputs are in :mod:`grader.checks.backward_checks`, the inputs both draw in
-:mod:`grader.checks.tile_inputs`.
+:mod:`grader.checks.tile_inputs`; so is the capstone ``tiled_attention_fn``, whose checks are in
+:mod:`grader.checks.capstone_checks`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from . import judges as J
 from . import live_memory as LM
 from . import properties as P
 from .backward_checks import BACKWARD, MISTAKES8, tiled_attention_backward_checks  # noqa: F401 -- this chapter's
+from .capstone_checks import FN, tiled_attention_fn_checks  # noqa: F401 -- this chapter's
 from .ch2_softmax import with_empty_row
 from .tile_inputs import MEMORY, exact_qkv, first_tile_blocked, last_only, qkv, skippable
 
@@ -115,7 +117,7 @@ TILED = J.Recipe("tiled_attention", am.tiled_attention, ("q", "k", "v", "mask", 
                  (J.Out("out", "number", "(B, H, Lq, dv)"),), diagnose_tiled)
 
 
-@exercise(4.5, "tiled_attention(q, k, v, mask=None, tile=64): attention's out (B, H, Lq, dv) computed one "
+@exercise(4, "tiled_attention(q, k, v, mask=None, tile=64): attention's out (B, H, Lq, dv) computed one "
           "key tile at a time with a running max and sum; skips tiles whose mask is all False; the floating "
           "tensors it holds alive at once stay below half of the B·H·Lq·Lk score matrix.")
 def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -147,7 +149,7 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     per_head = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
     shared = lambda: with_empty_row(cases.random_mask(gen, B, 1, Lq, Lk), gen)  # noqa: E731
     keys = (torch.arange(Lk) < cases.lengths(gen, B, Lk)[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
-    big = cases.random_mask(gen, *MEMORY[:4], p=0.8)
+    big = cases.random_mask(gen, 1, 1, *MEMORY[2:4], p=0.8)  # shared by the heads
     return checks + [
         J.values(R, "matches reference (B=2, per-head and shared masks, tile not dividing Lk)",
                  [Call((*x(), per_head()), {"tile": tile}), Call((*x(), shared(), tile))]),

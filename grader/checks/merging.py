@@ -16,6 +16,7 @@ import torch
 from .. import diagnose as dg
 from .. import errors
 from ..spec import Call, Outcome, Verdict
+from . import live_memory as _live_memory  # noqa: F401 -- registers its judge factory where merging is
 from .judges import Recipe, float_dtype, inputs_of, raised, rebuildable
 
 #: merge_partials' two numeric failures, named from where the NaN and inf sit (here, not in the

@@ -128,7 +128,7 @@ def ring_steps(name: str, calls: list[Call], public: bool = False, edge: bool = 
                  kind="edge" if edge else "value")
 
 
-@exercise(6, "ring_attention(q, k, v, world, layout='zigzag'): (out (B, H, L, dv), lse (B, H, L), steps): "
+@exercise(5, "ring_attention(q, k, v, world, layout='zigzag'): (out (B, H, L, dv), lse (B, H, L), steps): "
           "causal attention computed on a simulated ring of `world` ranks; steps[r] lists, in ring order, "
           "the (out_s, lse_s) of each step rank r ran (its local queries over the shard it held alone; "
           "all-False steps skipped), merged with your merge_partials; the floating tensors it holds alive "

@@ -188,7 +188,10 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     seconds = time.perf_counter() - t0
     output, devices = to_plain(result)
     grads = None
-    if want_grads:
+    if want_grads and watch is not None:
+        with watch:  # the record then holds the backward too: what autograd saved, and what it makes
+            grads = _grads(result, args, grad_idx)
+    elif want_grads:
         grads = _grads(result, args, grad_idx)
     args_after = tuple(
         None if b is None else _after(a, b, r) for a, b, r in zip(args, before, requires)

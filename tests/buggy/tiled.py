@@ -175,7 +175,7 @@ def backward_keeps_weights(q, k, v, out, lse, d_out, mask=None, tile=64):
             (p.mT @ g).to(v.dtype))
 
 
-# --------------------------------------------------------------------------- shortcuts: right numbers, wrong method
+# --------------------------------------------------------------------------- shortcuts: the wrong method
 
 def tiled_keeps_tiles(q, k, v, mask=None, tile=64):
     """Each key tile's scores computed alone, then kept in a list and softmaxed together: the whole
@@ -233,7 +233,61 @@ def backward_recomputes_lse_tiled(q, k, v, out, lse, d_out, mask=None, tile=64):
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         shift = torch.where(torch.isinf(m_new), 0.0, m_new)
         alpha, p = torch.exp(m - shift), torch.exp(s - shift)
-        total, acc, m = total * alpha + p.sum(-1, keepdim=True), acc * alpha + p @ v[:, :, c:c + tile].float(), m_new
+        total = total * alpha + p.sum(-1, keepdim=True)
+        acc, m = acc * alpha + p @ v[:, :, c:c + tile].float(), m_new
     lse = torch.where(total > 0, torch.where(torch.isinf(m), 0.0, m) + total.log(), float("-inf"))[..., 0]
     out = (acc / total.clamp(min=1e-30)).to(q.dtype)
     return ok.tiled_attention_backward(q, k, v, out, lse, d_out, mask, tile)
+
+
+# --------------------------------------------------------------------------- tiled_attention_fn (8.3)
+
+def fn_no_function(q, k, v, mask=None, tile=64):
+    """The tiled forward, differentiated by autograd: right gradients, every tile's weights kept."""
+    return ok.tiled_attention(q, k, v, mask, tile)
+
+
+class _AutogradBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, tile):
+        ctx.save_for_backward(q, k, v, mask)
+        return ok.tiled_attention(q, k, v, mask, tile)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, mask = ctx.saved_tensors
+        with torch.enable_grad():
+            q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+            out = ok.attention(q, k, v, mask)[0]
+            return (*torch.autograd.grad(out, (q, k, v), d_out), None, None)
+
+
+def fn_backward_by_autograd(q, k, v, mask=None, tile=64):
+    """A Function whose backward is autograd through dense attention: the whole weights, rebuilt."""
+    return _AutogradBackward.apply(q, k, v, mask, tile)
+
+
+class _SavesWeights(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, tile):
+        B, H, Lq, d = q.shape
+        s = q.float() @ k.float().mT / math.sqrt(d)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        ctx.save_for_backward(q, k, v, p)
+        return (p @ v.float()).to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, p = ctx.saved_tensors
+        g = d_out.float()
+        ds = p * (g @ v.float().mT - (p * (g @ v.float().mT)).sum(-1, keepdim=True))
+        scale = 1 / math.sqrt(q.shape[-1])
+        return ((ds @ k.float() * scale).to(q.dtype), (ds.mT @ q.float() * scale).to(k.dtype),
+                (p.mT @ g).to(v.dtype), None, None)
+
+
+def fn_saves_weights(q, k, v, mask=None, tile=64):
+    """A Function that keeps the (B, H, Lq, Lk) weights for its backward, as autograd would."""
+    return _SavesWeights.apply(q, k, v, mask, tile)
