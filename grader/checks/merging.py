@@ -176,6 +176,12 @@ RING_LAYOUT = ("the shards follow the other layout: contiguous gives rank r chun
                "chunks r and 2·world - 1 - r (of the 2·world chunks of c = L / (2·world) positions)")
 RING_LOCAL = ("each step's mask compares local indices (i >= j): the shard held comes from another rank, "
               "so compare the global positions of the local queries and of the shard's keys")
+RING_SHARD_ORDER = ("each step's mask follows the order of the ranks (all of an earlier rank's keys, "
+                    "a causal triangle on the rank's own, nothing of a later rank's): that is right for "
+                    "contiguous sharding only. Under zigzag a rank holds an early chunk and a late one, so "
+                    "its late queries see the early chunks of later ranks, and its early queries only part "
+                    "of an earlier rank's keys: mask each step by the global positions of the queries and "
+                    "keys")
 RING_NO_MERGE = ("out is the last step's partial result alone: each step's (out_s, lse_s) must be merged "
                  "into the rank's running (out, lse) with merge_partials, not written over it")
 RING_STALE_LSE = ("the running lse is not updated after a merge: merge_partials returns the merged lse "
@@ -200,6 +206,15 @@ def _ring_partial(q, k, v, L, world, rank, src, layout, local: bool = False):
     return attend64(q[..., mine, :], k[..., theirs, :], v[..., theirs, :], m), m
 
 
+def _by_rank_order(q, k, v, L, world, r, src, layout):
+    """Rank r's partial result at the step holding rank src's shard, masked by rank order: every key
+    of an earlier rank, a causal triangle on its own, nothing of a later one (right for contiguous)."""
+    mine, theirs = layout_positions(L, world, r, layout), layout_positions(L, world, src, layout)
+    n = mine.numel()
+    m = torch.ones(n, n, dtype=torch.bool).tril() if src == r else torch.full((n, n), src < r)
+    return attend64(q[..., mine, :], k[..., theirs, :], v[..., theirs, :], m), m
+
+
 def _ring_mistake(ran, q, k, v, L, world, r, layout, parts, dtype) -> str | None:
     """The classic mistake whose steps, for rank r, are exactly ``ran``; or None."""
     sources = [(r - s) % world for s in range(world)]
@@ -214,6 +229,8 @@ def _ring_mistake(ran, q, k, v, L, world, r, layout, parts, dtype) -> str | None
         (RING_LAYOUT, lambda: nonempty(_ring_partial(q, k, v, L, world, r, src, other) for src in sources)),
         (RING_LOCAL, lambda: [_ring_partial(q, k, v, L, world, r, src, layout, local=True)[0]
                               for src in sources]),
+        (RING_SHARD_ORDER, lambda: nonempty(_by_rank_order(q, k, v, L, world, r, src, layout)
+                                            for src in sources)),
     ]
     for message, make in candidates:
         want = make()

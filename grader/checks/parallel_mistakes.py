@@ -49,6 +49,7 @@ MISTAKES11: dict[str, str] = {
     "ring_empty_steps": MG.RING_EMPTY_STEPS,
     "ring_layout": MG.RING_LAYOUT,
     "ring_local_steps": MG.RING_LOCAL,
+    "ring_shard_order": MG.RING_SHARD_ORDER,
     "ring_no_merge": MG.RING_NO_MERGE,
     "ring_stale_lse": MG.RING_STALE_LSE,
     "ring_one_pass": "the (L, L) scores are held at once: out and lse come from attention over all the "

@@ -668,6 +668,7 @@ BUGS: list[Bug] = [
     Bug("ring_attention", pl.ring_att_no_skip, "ring_empty_steps"),
     Bug("ring_attention", pl.ring_att_local, "ring_local_steps"),
     Bug("ring_attention", pl.ring_att_layouts_swapped, "ring_layout"),
+    Bug("ring_attention", pl.ring_att_by_rank_order, "ring_shard_order"),
     Bug("ring_attention", pl.ring_att_one_pass, "rank 0 ran 0 steps"),
     Bug("ring_attention", pl.ring_att_steps_then_one_pass, "ring_one_pass"),
     Bug("ring_attention", pl.ring_att_steps_then_causal_sdpa_like, "ring_one_pass"),
