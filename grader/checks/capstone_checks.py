@@ -59,7 +59,7 @@ def tiled_attention_fn_checks(seed: int = 0, hidden: bool = True) -> list[Check]
               f"Lq={MEMORY[2]}, Lk={MEMORY[3]}, tile=4)",
               [Call((*qkv(pub, *MEMORY), cases.random_mask(pub, 1, 1, *MEMORY[2:4], p=0.8)), {"tile": 4},
                     allocations=True)],
-              LM.live_memory_judge(R, KEPT_WEIGHTS), want_grads=True, kind="property", weight=8.0),
+              LM.live_memory_judge(R, KEPT_WEIGHTS), want_grads=True, kind="property", weight=12.0),
     ]
     if not hidden:
         return checks
