@@ -92,3 +92,24 @@ def test_the_live_record_sees_what_autograd_keeps_for_its_backward():
     call = Call((q, k, v, out, lse, d_out, mask, 4), allocations=True)
     tiled, autograd = execute(am.tiled_attention_backward, call), execute(tl.backward_autograd_tiled, call)
     assert tiled.peak < 2 * 64 * 64 <= autograd.peak
+
+
+def test_the_reference_backward_follows_the_given_lse_and_out():
+    """With an lse and an out that no forward gives, the reference is the formulas applied to them
+    (P = exp(S - lse), D = rowsum(d_out * out)), and autograd through attention is not."""
+    from grader.checks.backward_checks import given
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    mask = torch.rand(1, 2, 5, 5, generator=gen) < 0.7
+    mask[..., 0] = True
+    q, k, v, out, lse, d_out, mask = given(gen, q, k, v, mask)
+    s = (q @ k.mT / 2.0).masked_fill(~mask, float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    ds = p * (d_out @ v.mT - (d_out * out).sum(-1, keepdim=True))
+    want = (ds @ k / 2.0, ds.mT @ q / 2.0, p.mT @ d_out)
+    got = am.tiled_attention_backward(q, k, v, out, lse, d_out, mask, 2)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    autograd = tl.backward_autograd(q, k, v, out, lse, d_out, mask, 2)
+    assert not all(torch.allclose(a, w) for a, w in zip(autograd, want))

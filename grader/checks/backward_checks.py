@@ -36,18 +36,19 @@ MISTAKES8: dict[str, str] = {
                 "computed once before the loop), then multiplies by p.",
     "bwd_unscaled_scores": "the weights are recomputed from unscaled scores: the lse was taken over "
                            "q·k / sqrt(d), so scale the scores the same way before subtracting it.",
-    "bwd_grad_unscaled": "dq and dk lack the factor 1/sqrt(d): the scores are q·k / sqrt(d), so the chain "
-                         "rule carries that factor from ds to q and to k.",
-    "bwd_nan_empty": "NaN from a fully masked row: its lse is -inf and so are its scores, and "
-                     "exp(-inf - (-inf)) is NaN. Subtract 0 where the lse is -inf: the row's weights are "
-                     "then exp(-inf) = 0 and its gradients 0.",
+    "bwd_grad_unscaled": "dq and dk lack the scale: the scores are q·k divided by sqrt(d), so the chain "
+                         "rule carries that division from ds to q and to k.",
+    "bwd_nan_empty": "NaN from a fully masked row: its lse is minus infinity and so are its scores, and "
+                     "the exp of their difference is NaN. Where the lse is minus infinity, subtract zero "
+                     "instead: the row's weights are then exactly zero, and so are its gradients.",
     "bwd_tile_not_skipped": "a key tile whose mask is all False is still read: its keys and values reach "
-                            "the gradients (here they hold NaN, and 0·NaN = NaN). Skip such a tile before "
-                            "touching k and v; its dk and dv stay 0.",
+                            "the gradients (here they hold NaN, and zero times NaN is NaN). Skip such a tile "
+                            "before touching k and v; its dk and dv stay zero.",
     "bwd_skip_wrong": "a key tile is skipped although some query may attend one of its keys: skip a tile "
                       "only when its mask is False for every batch, head and query.",
-    "bwd_half": "float16/bfloat16 inputs are computed in their own dtype: exp(s - lse) and the sums over "
-                "queries and keys lose digits there. Compute in float32 and cast dq, dk, dv back at the end.",
+    "bwd_half": "half-precision inputs are computed in their own dtype: exp(s - lse) and the sums over "
+                "queries and keys lose digits there. Compute in single precision (torch.float) and cast dq, "
+                "dk, dv back to the inputs' dtypes at the end.",
     "bwd_tile_softmax": "each tile's weights are a softmax over that tile alone (or an exp shifted by the "
                         "tile's own max): the forward's weights are normalised over every allowed key of "
                         "the row, which exp(s - lse) with the saved lse gives directly.",
@@ -57,7 +58,7 @@ MISTAKES8: dict[str, str] = {
                        "Recompute one key tile's weights at a time from the given lse, use them, and let "
                        "them go.",
     "bwd_recomputed": "the gradients follow the lse and out that a forward pass would give, not the ones "
-                      "given: here some rows' lse was raised by log 2 and some rows' out scaled, and the "
+                      "given: here some rows' lse was raised and some rows' out scaled, and the "
                       "backward from the saved lse uses them as they are (weights exp(s - lse), "
                       "D = rowsum(d_out * out)). Do not recompute them, and do not differentiate a forward.",
 }
