@@ -69,7 +69,7 @@ from .serving import (
 )
 from .sinks import sink_attention, sink_weights
 from .softmax import masked_softmax
-from .tiled import tiled_attention, tiled_attention_backward
+from .tiled import TiledAttentionFunction, tiled_attention, tiled_attention_backward, tiled_attention_fn
 
 __version__ = "0.1.0"
 
@@ -92,6 +92,7 @@ CONTRACT = (
     "document_mask",
     "tiled_attention",
     "tiled_attention_backward",
+    "tiled_attention_fn",
     "left_padding_position_ids",
     "packed_labels",
     "gqa_attention",
@@ -189,8 +190,10 @@ __all__ = [
     "sliding_window",
     "sliding_window_mask",
     "split_kv_attention",
+    "TiledAttentionFunction",
     "tiled_attention",
     "tiled_attention_backward",
+    "tiled_attention_fn",
     "to_additive",
     "topk_selection_mask",
     "train_steps",

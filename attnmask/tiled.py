@@ -24,7 +24,7 @@ from .attention import check_qkv
 from .masks import broadcast_mask
 from .softmax import _UPCAST
 
-__all__ = ["tiled_attention", "tiled_attention_backward"]
+__all__ = ["TiledAttentionFunction", "tiled_attention", "tiled_attention_backward", "tiled_attention_fn"]
 
 
 def _sizes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tile: int) -> tuple[int, ...]:
@@ -64,6 +64,12 @@ def tiled_attention(
         float16/bfloat16 are accumulated in float32. Tiles whose mask is all
         False are skipped: their keys and values are never read.
     """
+    return _online(q, k, v, mask, tile, scale)[0]
+
+
+def _online(q, k, v, mask, tile, scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`tiled_attention`'s loop: ``(out (B, H, Lq, dv)`` in q's dtype, ``lse (B, H, Lq))`` in
+    the working dtype (float32 for float16/bfloat16), ``m + log(l)``, -inf on a row with no allowed key."""
     B, H, Lq, d, Lk, dv = _sizes(q, k, v, tile)
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -98,7 +104,8 @@ def tiled_attention(
         m = m_new
     # A row with no allowed key has l = 0 and acc = 0: divide by 1, not by 0.
     out = acc / l.masked_fill(l == 0, 1.0)  # (B, H, Lq, dv)
-    return out.to(q.dtype)
+    lse = torch.where(l > 0, m + torch.log(l.masked_fill(l == 0, 1.0)), float("-inf"))[..., 0]  # (B, H, Lq)
+    return out.to(q.dtype), lse
 
 
 def tiled_attention_backward(
@@ -177,3 +184,36 @@ def tiled_attention_backward(
     dk = torch.cat(dks, dim=-2) if dks else torch.zeros(B, H, 0, d, dtype=work, device=q.device)
     dv_ = torch.cat(dvs, dim=-2) if dvs else torch.zeros(B, H, 0, dv, dtype=work, device=q.device)
     return dq.to(q.dtype), dk.to(k.dtype), dv_.to(v.dtype)
+
+
+class TiledAttentionFunction(torch.autograd.Function):
+    """Chapter 8's two halves as one autograd operation: the forward is :func:`tiled_attention`'s
+    loop, which saves only ``out`` and the row's ``lse`` (no weights), and the backward is
+    :func:`tiled_attention_backward` from them. ``apply(q, k, v, mask, tile)``."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, tile):
+        out, lse = _online(q, k, v, mask, tile)
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.tile = tile
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        dq, dk, dv = tiled_attention_backward(q, k, v, out, lse, d_out, mask, ctx.tile)
+        return dq, dk, dv, None, None
+
+
+def tiled_attention_fn(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    tile: int = 64,
+) -> torch.Tensor:
+    """:func:`tiled_attention` whose gradients come from :func:`tiled_attention_backward`
+    (:class:`TiledAttentionFunction`): between the passes only ``out`` and ``lse`` are kept.
+
+    Args and returns as :func:`tiled_attention`; the gradients in q, k and v are attention's."""
+    return TiledAttentionFunction.apply(q, k, v, mask, tile)

@@ -105,10 +105,11 @@ MISTAKES: dict[str, str] = {
     "last_tile": "the last key tile is wrong when tile does not divide Lk: it must hold the Lk % tile keys "
                  "left over. Loop c over range(0, Lk, tile) and slice keys c:c + tile (slicing stops at Lk); "
                  "if you pad k and v instead, block the padded keys.",
-    "full_scores": "the whole score matrix is built: one floating tensor has Lq·Lk or more entries. Compute "
-                   "the scores of one key tile at a time, q @ k[..., c:c + tile, :].mT of shape "
-                   "(B, H, Lq, tile), and keep only the running max, sum and output from tile to tile "
-                   "(no float copy of the whole mask either).",
+    "full_scores": "the whole score matrix is held: at one moment the floating tensors the call created "
+                   "and still held added up to half of the B·H·Lq·Lk scores or more (the matrix built "
+                   "whole, or every tile's scores or weights kept, by a list or by autograd). Compute "
+                   "the scores of one key tile at a time, of shape (B, H, Lq, tile), and keep only the "
+                   "running max, sum and output from tile to tile (no float copy of the whole mask either).",
     "tile_not_skipped": "a key tile whose mask is all False is still read: its keys and values reach the "
                         "output (here they hold NaN, as an uninitialised cache may). Skip such a tile "
                         "before touching k and v: if not mask_tile.any(): continue.",

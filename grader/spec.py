@@ -35,7 +35,8 @@ class FnSpec:
 class Call:
     """One call ``fn(*args, **kwargs)``; tensors in args go to ``device`` first
     (``"cpu"``, ``"cuda"`` or ``"meta"``). With ``allocations``, the call also
-    records the largest floating tensor it creates (:attr:`Outcome.largest`)."""
+    records the largest floating tensor it creates (:attr:`Outcome.largest`) and the most
+    floating entries alive at once (:attr:`Outcome.peak`)."""
 
     args: tuple
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -65,6 +66,9 @@ class Outcome:
     #: with ``Call.allocations``: the shape of the largest floating tensor an operation created
     #: during the call (views and in-place results excluded); () when it created none
     largest: tuple[int, ...] | None = None
+    #: with ``Call.allocations``: the most floating entries that tensors created during the call
+    #: held alive at once (:class:`grader.sandbox.execute.Allocations`); 0 when it created none
+    peak: int | None = None
 
 
 @dataclass

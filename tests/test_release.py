@@ -29,7 +29,7 @@ CHAPTERS = {
     "ex05_cross_attention": ("encoder_decoder_masks", "multi_head_attention"),
     "ex06_kv_cache": ("kv_cache_attention",),
     "ex07_beyond_triangle": ("sliding_window_mask", "prefix_lm_mask", "document_mask"),
-    "ex08_speed": ("tiled_attention", "tiled_attention_backward"),
+    "ex08_speed": ("tiled_attention", "tiled_attention_backward", "tiled_attention_fn"),
     "ex09_real_models": ("left_padding_position_ids", "packed_labels", "gqa_attention", "alibi_bias"),
     "ex10_serving_multimodal": ("image_text_mask", "rolling_cache_mask", "paged_attention", "tree_mask"),
     "ex11_across_devices": ("attention_lse", "merge_partials", "zigzag_ring_mask", "chunked_local_mask",

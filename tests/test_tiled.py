@@ -143,11 +143,15 @@ def test_the_allocation_judge_fails_the_whole_matrix_and_an_unrecorded_call():
 
 
 def test_the_record_crosses_the_channel_and_a_forged_one_is_refused():
-    data = channel.outcome_to_data(Outcome(output=torch.ones(2), largest=(2, 3)))
-    assert channel.outcome_from_data(channel.decode(channel.encode(data))).largest == (2, 3)
+    data = channel.outcome_to_data(Outcome(output=torch.ones(2), largest=(2, 3), peak=17))
+    back = channel.outcome_from_data(channel.decode(channel.encode(data)))
+    assert (back.largest, back.peak) == ((2, 3), 17)
     for forged in ((2, -1), ("2",), [1.5]):
         with pytest.raises(channel.ChannelError):
             channel.outcome_from_data({**data, "largest": forged})
+    for forged in (-1, 1.5, "3", 2**64, True):
+        with pytest.raises(channel.ChannelError):
+            channel.outcome_from_data({**data, "peak": forged})
 
 
 # --------------------------------------------------------------------------- the backward from the lse
@@ -289,8 +293,8 @@ def test_backward_code_that_does_nothing_scores_zero(style, seed):
     assert _points(TRIVIAL_BACKWARD[style], seed) == 0.0
 
 
-def test_backward_from_the_whole_weight_matrix_keeps_about_half_the_points():
+def test_backward_from_the_whole_weight_matrix_keeps_less_than_half_the_points():
     from buggy import tiled
 
     assert _points(am.tiled_attention_backward, 3) == 1.0
-    assert 0.3 <= _points(tiled.backward_autograd, 3) <= 0.6
+    assert _points(tiled.backward_autograd, 3) < 0.5

@@ -5,7 +5,7 @@ public checks (the ones the notebook's ``check`` runs), and for every call of
 them stores what the checks' judges ask of the reference -- its outputs (in the
 contract's shape), each output's expected dtype, and the outputs of the classic
 mistakes its recogniser compares a wrong answer with -- together with the calls
-themselves and how each judge was made (:func:`grader.checks.judges.rebuildable`).
+themselves and how each judge was made (:func:`grader.checks.common.judges.rebuildable`).
 :func:`write` saves that with ``torch.save``; :func:`load` reads it back with
 ``torch.load(weights_only=True)``, which builds tensors and plain containers and
 runs no code, and rebuilds the same judges around recipes that answer from the

@@ -35,8 +35,8 @@ status pipe, and the parent reads exactly that range (:func:`decode`).
 
 Student code can write whatever it likes into these files: the worst it
 can forge is what its own calls produced: their return values and, for a call
-that asks, the record of the largest tensor it created (which deliberate code
-can also dodge by computing outside torch, e.g. in numpy; see
+that asks, the record of the largest tensor it created and of the most entries
+alive at once (which deliberate code can also dodge by computing outside torch, e.g. in numpy; see
 :class:`grader.sandbox.execute.Allocations`). What the parent makes of a record
 is bounded too, whatever its bytes say: no integer beyond 64 bits, at most :data:`MAX_CHARS`
 characters of text, a call's time a finite number of seconds (:func:`outcome_from_data`) and
@@ -307,6 +307,7 @@ def outcome_to_data(o: Outcome) -> dict:
         "seconds": float(o.seconds),
         "where": getattr(o, "where", None),
         "largest": o.largest,
+        "peak": o.peak,
     }
 
 
@@ -328,6 +329,9 @@ def outcome_from_data(d: Any) -> Outcome:
     if largest is not None and (type(largest) not in (tuple, list) or len(largest) > 64
                                 or any(type(n) is not int or n < 0 for n in largest)):
         raise ChannelError("a call's record of its largest tensor is not a shape")
+    peak = d.get("peak")
+    if peak is not None and (type(peak) is not int or not 0 <= peak < 2**63):
+        raise ChannelError("a call's record of its live tensors is not a count")
     return Outcome(
         output=_decode(d.get("output")),
         error=None if error is None else error[:MAX_ERROR],
@@ -337,6 +341,7 @@ def outcome_from_data(d: Any) -> Outcome:
         seconds=float(seconds),
         where=where[:300] if type(where) is str else None,
         largest=None if largest is None else tuple(largest),
+        peak=peak,
     )
 
 

@@ -11,6 +11,7 @@ import os
 import signal
 import sysconfig
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -115,28 +116,52 @@ def _grad_probe(args: tuple) -> tuple[tuple, list[int]]:
 
 
 class Allocations(TorchDispatchMode):
-    """Records the shape of the largest floating tensor any operation creates while active.
+    """Records, while active, the shape of the largest floating tensor any operation creates
+    (:attr:`largest`) and the most floating entries that the operations' results held alive at
+    once (:attr:`peak`: what is alive at once, not what was made).
 
     Every tensor operation passes through ``__torch_dispatch__`` below autograd, so
     ``q @ k.mT``, ``torch.zeros``, ``.float()`` and a copy are all seen, whatever Python
-    code called them. An operation whose result aliases an input (a view such as
-    ``expand`` or a slice, an in-place op) allocates nothing new and is not counted.
-    Work done outside torch (numpy) or on another thread is not seen: the record holds
-    ordinary code to a rule, and is no defence against code written to dodge it.
+    code called them, and so is the backward that ``torch.autograd.grad`` runs. An operation
+    whose result aliases an input (a view such as ``expand`` or a slice, an in-place op)
+    allocates nothing new and is not counted. A result's storage counts from its creation
+    until that storage is freed (a finalizer on it), so the weights autograd keeps for its
+    backward count for as long as it keeps them. Work done outside torch (numpy) or on another
+    thread is not seen: the record holds ordinary code to a rule, and is no defence against
+    code written to dodge it.
     """
 
     def __init__(self):
         super().__init__()
         self.largest: tuple[int, ...] = ()
         self._numel = 0
+        self.peak = 0  # entries
+        self._now = 0
+        self._live: dict[int, int] = {}  # id of a live storage -> its floating entries
+
+    def _freed(self, key: int) -> None:
+        self._now -= self._live.pop(key, 0)
+
+    def _created(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = id(storage)
+        if key in self._live:
+            return
+        entries = storage.nbytes() // max(t.element_size(), 1)
+        self._live[key] = entries
+        self._now += entries
+        self.peak = max(self.peak, self._now)
+        weakref.finalize(storage, self._freed, key)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         schema = getattr(func, "_schema", None)
         if schema is None or not any(r.alias_info is not None for r in schema.returns):
             for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point and t.numel() > self._numel:
-                    self._numel, self.largest = t.numel(), tuple(int(n) for n in t.shape)
+                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                    if t.numel() > self._numel:
+                        self._numel, self.largest = t.numel(), tuple(int(n) for n in t.shape)
+                    self._created(t)
         return out
 
 
@@ -163,13 +188,17 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     seconds = time.perf_counter() - t0
     output, devices = to_plain(result)
     grads = None
-    if want_grads:
+    if want_grads and watch is not None:
+        with watch:  # the record then holds the backward too: what autograd saved, and what it makes
+            grads = _grads(result, args, grad_idx)
+    elif want_grads:
         grads = _grads(result, args, grad_idx)
     args_after = tuple(
         None if b is None else _after(a, b, r) for a, b, r in zip(args, before, requires)
     )
     return Outcome(output=output, devices=devices, args_after=args_after, grads=grads, seconds=seconds,
-                   largest=None if watch is None else watch.largest)
+                   largest=None if watch is None else watch.largest,
+                   peak=None if watch is None else watch.peak)
 
 
 # Frames in these folders are library code; the innermost frame elsewhere is the student's.

@@ -263,6 +263,53 @@ def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
+def _tiled_forward_lse(q, k, v, mask, tile):
+    """The online softmax's out and lse = m + log(l), -inf on a row with no allowed key."""
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (B, H, Lq, Lk))
+    work = torch.promote_types(q.dtype, torch.float32)
+    x = q.to(work) / math.sqrt(d)
+    m = torch.full((B, H, Lq, 1), float("-inf"), dtype=work, device=q.device)
+    l = torch.zeros(B, H, Lq, 1, dtype=work, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], dtype=work, device=q.device)
+    for c in range(0, Lk, tile):
+        keep = None if mask is None else mask[..., c:c + tile]
+        if keep is not None and not keep.any():
+            continue
+        s = x @ k[:, :, c:c + tile].to(work).transpose(-2, -1)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        alpha, p = torch.exp(m - shift), torch.exp(s - shift)
+        l = l * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v[:, :, c:c + tile].to(work)
+        m = m_new
+    empty = l == 0
+    lse = (m + torch.log(l.masked_fill(empty, 1.0))).masked_fill(empty, float("-inf"))[..., 0]
+    return (acc / l.masked_fill(empty, 1.0)).to(q.dtype), lse
+
+
+class TiledAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, tile):
+        out, lse = _tiled_forward_lse(q, k, v, mask, tile)
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.tile = tile
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        return (*tiled_attention_backward(q, k, v, out, lse, d_out, mask, ctx.tile), None, None)
+
+
+def tiled_attention_fn(q, k, v, mask=None, tile=64):
+    return TiledAttentionFunction.apply(q, k, v, mask, tile)
+
+
 def padded_chunked_mask(attention_mask, Lq, chunk):
     Lk = attention_mask.shape[-1]
     if Lq < 1 or Lq > Lk or chunk < 1:

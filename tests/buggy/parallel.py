@@ -209,7 +209,7 @@ def padchunk_all_false(attention_mask, Lq, chunk):
 
 
 def _ring_attention(q, k, v, world, layout, *, source=lambda r, s, w: (r - s) % w, skip=True, local=False,
-                    merge="right", positions=ok.ring_positions):
+                    merge="right", positions=ok.ring_positions, by_rank=False):
     L = q.shape[-2]
     if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
         raise ValueError("bad ring")
@@ -220,6 +220,9 @@ def _ring_attention(q, k, v, world, layout, *, source=lambda r, s, w: (r - s) % 
             src = pos[source(r, s, world)]
             n = len(src)
             m = torch.ones(n, n, dtype=torch.bool).tril() if local else pos[r][:, None] >= src[None, :]
+            if by_rank:  # the order of the ranks, not the positions: right for contiguous only
+                j = source(r, s, world)
+                m = torch.ones(n, n, dtype=torch.bool).tril() if j == r else torch.full((n, n), j < r)
             if skip and not m.any():
                 continue
             part = ok.attention_lse(q[..., pos[r], :], k[..., src, :], v[..., src, :], m)
@@ -255,6 +258,10 @@ def ring_att_no_skip(q, k, v, world, layout="zigzag"):
 
 def ring_att_local(q, k, v, world, layout="zigzag"):
     return _ring_attention(q, k, v, world, layout, local=True)
+
+
+def ring_att_by_rank_order(q, k, v, world, layout="zigzag"):
+    return _ring_attention(q, k, v, world, layout, by_rank=True)
 
 
 def ring_att_layouts_swapped(q, k, v, world, layout="zigzag"):
@@ -331,3 +338,22 @@ def cascade_recompute(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths)
     real = torch.cat([torch.ones(N, P, dtype=torch.bool), torch.arange(S) < suffix_lengths[:, None]], dim=1)
     o, s = ok.attention_lse(q[:, :, None], k, v, real[:, None, None, :])
     return o[:, :, 0], s[:, :, 0]
+
+
+def ring_att_steps_then_one_pass(q, k, v, world, layout="zigzag"):
+    """Every step right, then out and lse from one causal attention over all keys: the ring's merge
+    is never done, and the (L, L) scores are held at once."""
+    _, _, steps = ok.ring_attention(q, k, v, world, layout)
+    L = q.shape[-2]
+    out, lse = ok.attention_lse(q, k, v, torch.ones(L, L, dtype=torch.bool, device=q.device).tril())
+    return out, lse, steps
+
+
+def ring_att_steps_then_causal_sdpa_like(q, k, v, world, layout="zigzag"):
+    """Every step right, then out and lse by hand from the whole causal score matrix (no helper)."""
+    _, _, steps = ok.ring_attention(q, k, v, world, layout)
+    L = q.shape[-2]
+    s = (q.float() @ k.float().mT / math.sqrt(q.shape[-1])).masked_fill(
+        ~torch.ones(L, L, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return (torch.exp(s - lse[..., None]) @ v.float()).to(q.dtype), lse, steps

@@ -173,3 +173,121 @@ def backward_keeps_weights(q, k, v, out, lse, d_out, mask=None, tile=64):
     ds = p * (g @ v.float().mT - (g * out.float()).sum(-1, keepdim=True))
     return ((ds @ k.float() / math.sqrt(d)).to(q.dtype), (ds.mT @ x / math.sqrt(d)).to(k.dtype),
             (p.mT @ g).to(v.dtype))
+
+
+# --------------------------------------------------------------------------- shortcuts: the wrong method
+
+def tiled_keeps_tiles(q, k, v, mask=None, tile=64):
+    """Each key tile's scores computed alone, then kept in a list and softmaxed together: the whole
+    score matrix again, in pieces."""
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    full = torch.ones(B, H, Lq, Lk, dtype=torch.bool, device=q.device) if mask is None else \
+        torch.broadcast_to(mask, (B, H, Lq, Lk))
+    tiles = [(q.float() @ k[:, :, c:c + tile].float().mT / math.sqrt(d)).masked_fill(
+        ~full[..., c:c + tile], float("-inf")) for c in range(0, Lk, tile)]
+    s = torch.cat(tiles, dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (p @ v.float()).to(q.dtype)
+
+
+def backward_autograd_tiled(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """Autograd through the student's own tiled forward, out and lse ignored: autograd keeps every
+    tile's weights for its backward."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        o = ok.tiled_attention(q, k, v, mask, tile)
+        return torch.autograd.grad(o, (q, k, v), d_out)
+
+
+def backward_vjp(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """torch.func.vjp through plain attention: autograd by another door."""
+    _, pull = torch.func.vjp(lambda a, b, c: ok.attention(a, b, c, mask)[0], q, k, v)
+    return pull(d_out)
+
+
+def backward_recomputes_lse(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """The tiled backward, but out and lse recomputed by a forward pass instead of the given ones:
+    right whenever they agree."""
+    out, lse = ok.attention_lse(q, k, v, mask)
+    return ok.tiled_attention_backward(q, k, v, out, lse, d_out, mask, tile)
+
+
+def backward_recomputes_lse_tiled(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """The tiled backward after a tiled forward of its own (running max and sum kept): lse and out
+    are what a forward gives, not what was given."""
+    B, H, Lq, d = q.shape
+    Lk = k.shape[2]
+    full = None if mask is None else torch.broadcast_to(mask, (B, H, Lq, Lk))
+    x = q.float() / math.sqrt(d)
+    m = torch.full((B, H, Lq, 1), float("-inf"), device=q.device)
+    total = torch.zeros(B, H, Lq, 1, device=q.device)
+    acc = torch.zeros(B, H, Lq, v.shape[-1], device=q.device)
+    for c in range(0, Lk, tile):
+        keep = None if full is None else full[..., c:c + tile]
+        if keep is not None and not keep.any():
+            continue
+        s = x @ k[:, :, c:c + tile].float().mT
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = torch.where(torch.isinf(m_new), 0.0, m_new)
+        alpha, p = torch.exp(m - shift), torch.exp(s - shift)
+        total = total * alpha + p.sum(-1, keepdim=True)
+        acc, m = acc * alpha + p @ v[:, :, c:c + tile].float(), m_new
+    lse = torch.where(total > 0, torch.where(torch.isinf(m), 0.0, m) + total.log(), float("-inf"))[..., 0]
+    out = (acc / total.clamp(min=1e-30)).to(q.dtype)
+    return ok.tiled_attention_backward(q, k, v, out, lse, d_out, mask, tile)
+
+
+# --------------------------------------------------------------------------- tiled_attention_fn (8.3)
+
+def fn_no_function(q, k, v, mask=None, tile=64):
+    """The tiled forward, differentiated by autograd: right gradients, every tile's weights kept."""
+    return ok.tiled_attention(q, k, v, mask, tile)
+
+
+class _AutogradBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, tile):
+        ctx.save_for_backward(q, k, v, mask)
+        return ok.tiled_attention(q, k, v, mask, tile)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, mask = ctx.saved_tensors
+        with torch.enable_grad():
+            q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+            out = ok.attention(q, k, v, mask)[0]
+            return (*torch.autograd.grad(out, (q, k, v), d_out), None, None)
+
+
+def fn_backward_by_autograd(q, k, v, mask=None, tile=64):
+    """A Function whose backward is autograd through dense attention: the whole weights, rebuilt."""
+    return _AutogradBackward.apply(q, k, v, mask, tile)
+
+
+class _SavesWeights(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, tile):
+        B, H, Lq, d = q.shape
+        s = q.float() @ k.float().mT / math.sqrt(d)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        ctx.save_for_backward(q, k, v, p)
+        return (p @ v.float()).to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, p = ctx.saved_tensors
+        g = d_out.float()
+        ds = p * (g @ v.float().mT - (p * (g @ v.float().mT)).sum(-1, keepdim=True))
+        scale = 1 / math.sqrt(q.shape[-1])
+        return ((ds @ k.float() * scale).to(q.dtype), (ds.mT @ q.float() * scale).to(k.dtype),
+                (p.mT @ g).to(v.dtype), None, None)
+
+
+def fn_saves_weights(q, k, v, mask=None, tile=64):
+    """A Function that keeps the (B, H, Lq, Lk) weights for its backward, as autograd would."""
+    return _SavesWeights.apply(q, k, v, mask, tile)

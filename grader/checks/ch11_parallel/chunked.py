@@ -1,7 +1,6 @@
 """Chapter 11's chunked masks: ``chunked_local_mask`` and ``padded_chunked_mask`` (Llama 4's
-chunked attention, with transformers' left padding), their checks and mistakes; the chapter's
-module (:mod:`grader.checks.ch11_parallel`) declares them by importing their ``NAME_checks``
-from here. The hidden cases draw chunks that do not divide the sequence, decode steps across a
+chunked attention, with transformers' left padding), their checks and mistakes; in chapter 11's
+package (:mod:`grader.checks.ch11_parallel`). The hidden cases draw chunks that do not divide the sequence, decode steps across a
 chunk border, and masked keys after a row's first real token.
 """
 

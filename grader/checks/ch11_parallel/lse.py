@@ -1,15 +1,14 @@
 """Chapter 11, masks across kernels and devices: ``attention_lse`` and ``merge_partials`` here;
-``zigzag_ring_mask`` and ``ring_attention`` (:mod:`grader.checks.ring_checks`),
-``chunked_local_mask`` and ``padded_chunked_mask`` (:mod:`grader.checks.chunk_checks`) and
-``cascade_attention`` (:mod:`grader.checks.cascade_checks`) are declared here by importing their
-checks; the chapter's mistakes are :data:`MISTAKES11` (:mod:`grader.checks.parallel_mistakes`).
+``zigzag_ring_mask`` and ``ring_attention`` (:mod:`.ring`), ``chunked_local_mask`` and
+``padded_chunked_mask`` (:mod:`.chunked`) and ``cascade_attention`` (:mod:`.cascade`) in the
+chapter's other modules; its mistakes are :data:`MISTAKES11` (:mod:`.mistakes`).
 
 Besides the values, two checks hold the pieces to what they are for: attention over a
 partition of the keys, merged by log-sum-exp, equals attention over all keys (the student's
-``attention_lse`` judged against itself, :func:`grader.checks.merging.partition_judge`, a
+``attention_lse`` judged against itself, :func:`grader.checks.common.merging.partition_judge`, a
 property: unmasked attention meets it too); and the W steps of a ring, masked by the
 student's ``zigzag_ring_mask`` and merged, equal full causal attention
-(:func:`grader.checks.merging.ring_judge`, rings of 2 ranks in public and 3 hidden). The
+(:func:`grader.checks.common.merging.ring_judge`, rings of 2 ranks in public and 3 hidden). The
 hidden cases draw what breaks real code: rows and parts with no allowed key, log-sum-exps
 past float32's ``exp`` (±100 and more; ±1e4 with half-precision outputs, where float32's own
 rounding of such an lse stays inside the tolerance), worlds of 3 to 5 ranks, chunks that do

@@ -1,6 +1,6 @@
 """Chapter 11's classic mistakes, in plain words (one definition each): what its checks
-(:mod:`grader.checks.ch11_parallel`, :mod:`grader.checks.ring_checks`,
-:mod:`grader.checks.chunk_checks`, :mod:`grader.checks.cascade_checks`) name in feedback."""
+(:mod:`grader.checks.ch11_parallel`, :mod:`grader.checks.ch11_parallel.ring`,
+:mod:`grader.checks.ch11_parallel.chunked`, :mod:`grader.checks.ch11_parallel.cascade`) name in feedback."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ MISTAKES11: dict[str, str] = {
     "lse_unscaled": "lse is the log-sum-exp of the unscaled scores q·k: take it over the scores the "
                     "softmax uses, q·k / sqrt(d).",
     "lse_unmasked": "lse sums over every key, the blocked ones too: take it over the allowed keys only "
-                    "(blocked scores filled with -inf first), or merged parts weigh keys they never "
-                    "attended.",
-    "lse_empty": "a fully masked row's lse must be -inf (the log of an empty sum), not a finite number or "
-                 "NaN: a merge then gives that part the weight exp(-inf) = 0.",
+                    "(blocked scores filled with minus infinity first), or merged parts weigh keys they "
+                    "never attended.",
+    "lse_empty": "a fully masked row's lse must be minus infinity (the log of an empty sum), not a finite "
+                 "number or NaN: a merge then gives that part the weight zero.",
     "merge_nan_empty": MG.MERGE_NAN_EMPTY,
     "merge_overflow": MG.MERGE_OVERFLOW,
     "merge_average": "the two outputs are averaged with equal weights: weigh each by its share of the "
@@ -22,11 +22,11 @@ MISTAKES11: dict[str, str] = {
     "merge_lse_max": "the merged lse is the larger of the two: it is log(exp(lse1) + exp(lse2)), larger "
                      "than both.",
     "merge_swapped": "the weights are swapped: out1 is weighed by exp(lse1 - lse), out2 by exp(lse2 - lse).",
-    "merge_unnormalised": "the weights do not add up to 1: divide by the total, i.e. use exp(lse_i - lse) "
+    "merge_unnormalised": "the weights do not add up to one: divide by the total, i.e. use exp(lse_i - lse) "
                           "with lse the merged log-sum-exp, not exp(lse_i - max).",
-    "ring_contiguous": "contiguous sharding: rank r holds chunks 2r and 2r + 1 here. Zigzag sharding gives "
-                       "rank r chunks r and 2·world - 1 - r, one early and one late, so that causal work "
-                       "is balanced.",
+    "ring_contiguous": "contiguous sharding: rank r holds two neighbouring chunks here. Zigzag sharding "
+                       "gives rank r chunk r from the start and chunk r from the end, one early and one "
+                       "late, so that causal work is balanced.",
     "ring_source_plus": "the keys at step s are taken from rank (r + s) mod world: the ring passes keys on "
                         "to the next rank, so at step s rank r holds those of rank (r - s) mod world.",
     "ring_local": "local indices are compared (i >= j): the keys come from another rank, so compare the "
@@ -37,7 +37,7 @@ MISTAKES11: dict[str, str] = {
                         "(j <= p).",
     "chunk_top_left": "query i is placed at position i: the queries are the last Lq of the Lk positions, "
                       "query i at p = Lk - Lq + i (bottom-right).",
-    "padchunk_from_zero": "the chunks are counted from position 0 of the buffer: a left-padded row's "
+    "padchunk_from_zero": "the chunks are counted from the buffer's first position: a left-padded row's "
                           "chunks start at its first real token, so compare (j - pad) // chunk with "
                           "(p - pad) // chunk, pad the row's number of leading False.",
     "padchunk_pad_keys": "padding keys are attended: AND the chunked causal mask with the row's "
@@ -49,19 +49,23 @@ MISTAKES11: dict[str, str] = {
     "ring_empty_steps": MG.RING_EMPTY_STEPS,
     "ring_layout": MG.RING_LAYOUT,
     "ring_local_steps": MG.RING_LOCAL,
+    "ring_shard_order": MG.RING_SHARD_ORDER,
     "ring_no_merge": MG.RING_NO_MERGE,
     "ring_stale_lse": MG.RING_STALE_LSE,
+    "ring_one_pass": "the (L, L) scores are held at once: out and lse come from attention over all the "
+                     "keys, not from the ring. Each rank holds one shard's keys at a step: its out and lse "
+                     "are the merge of the partial results of the steps it ran, with your merge_partials.",
     "cascade_suffix_unmasked": "the suffix's padding keys are attended: sequence n has suffix_lengths[n] "
                                "real keys; mask the rest (a sequence with none has an all-False suffix "
-                               "row, lse -inf).",
+                               "row, and its suffix lse is minus infinity).",
     "cascade_pairs_mixed": "the partial results are mixed up: merge_partials takes (out1, lse1, out2, lse2), "
                            "each output beside its own lse (the prefix's out with the prefix's lse).",
-    "cascade_reshape": "the queries were reshaped from (N, H, d) to (1, H, N, d) with reshape/view: that "
-                       "mixes sequences and heads; move the head dimension first with transpose(0, 1), then "
-                       "add the batch dimension (and transpose back after).",
+    "cascade_reshape": "the queries were reshaped from (N, H, d) to one block of H heads with N rows by "
+                       "reshape/view: that mixes sequences and heads; swap the sequence and head dimensions "
+                       "with a transpose, then add the batch dimension (and transpose back after).",
     "cascade_per_sequence": "the prefix is attended one sequence at a time: its keys are read N times. "
-                            "Put the N queries side by side as the rows of one (1, H, N, d) query block "
-                            "and attend the prefix once for all of them.",
+                            "Put the N queries side by side as the rows of one query block (a batch of one, "
+                            "H heads, N rows) and attend the prefix once for all of them.",
     "cascade_prefix_copied": "the prefix is copied per sequence (expanded and concatenated with each "
                              "suffix, or repeated N times): its keys are read N times. Attend it once with "
                              "the N queries as one block of rows, and each suffix alone.",

@@ -1,11 +1,10 @@
 """Chapter 11's ring: ``zigzag_ring_mask`` and ``ring_attention``, their checks and mistakes;
-the chapter's module (:mod:`grader.checks.ch11_parallel`) declares them by importing their
-``NAME_checks`` from here.
+in chapter 11's package (:mod:`grader.checks.ch11_parallel`).
 
 The W steps of a ring, masked by the student's ``zigzag_ring_mask`` and merged, must equal
-full causal attention (:func:`grader.checks.merging.ring_judge`, rings of 2 ranks in public
+full causal attention (:func:`grader.checks.common.merging.ring_judge`, rings of 2 ranks in public
 and 3 hidden); ``ring_attention``'s every step is judged, rank by rank
-(:func:`grader.checks.merging.ring_steps_judge`), on worlds of 1 to 5 ranks.
+(:func:`grader.checks.common.merging.ring_steps_judge`), on worlds of 1 to 5 ranks.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from ... import diagnose as dg
 from ...mistakes import MISTAKES
 from ...spec import Call, Check, exercise
 from ..common import judges as J
+from ..common import live_memory as LM
 from ..common import merging as MG
 from ..common import properties as P
 from ..common.inputs import qkv
@@ -27,6 +27,8 @@ from .mistakes import MISTAKES11
 M = MISTAKES
 X = MISTAKES11
 F32 = torch.float32
+#: (L, world) of the memory check: one step's scores are (2c, 2c) = (32, 32), the whole (L, L) 64 times that
+RING_MEMORY = (256, 8)
 
 
 # --------------------------------------------------------------------------- zigzag_ring_mask
@@ -125,10 +127,11 @@ def ring_steps(name: str, calls: list[Call], public: bool = False, edge: bool = 
                  kind="edge" if edge else "value")
 
 
-@exercise(6, "ring_attention(q, k, v, world, layout='zigzag'): (out (B, H, L, dv), lse (B, H, L), steps): "
+@exercise(5, "ring_attention(q, k, v, world, layout='zigzag'): (out (B, H, L, dv), lse (B, H, L), steps): "
           "causal attention computed on a simulated ring of `world` ranks; steps[r] lists, in ring order, "
           "the (out_s, lse_s) of each step rank r ran (its local queries over the shard it held alone; "
-          "all-False steps skipped), merged with your merge_partials.")
+          "all-False steps skipped), merged with your merge_partials; the floating tensors it holds alive "
+          "at once stay below half of the B·H·L·L scores.")
 def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = RING_ATT
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -162,6 +165,13 @@ def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         Check("on the inputs' device (meta), layout left out",
               [Call(ring_case(gen, 3, "zigzag", B, c).args[:4], device="meta")],
               MG.ring_device_judge(R.name, R.arg_names), kind="property"),
+        # A rank sees its shard: the ring never holds the (L, L) scores, so full causal attention in one
+        # call beside correct steps holds over half of them and loses more than half the points here.
+        Check(f"holds less than half of the (L, L) scores alive at once (B=1, H=2, L={RING_MEMORY[0]}, "
+              f"world={RING_MEMORY[1]}, both layouts)",
+              [Call((*qkv(gen, 1, 2, RING_MEMORY[0], RING_MEMORY[0], 2, 2), RING_MEMORY[1], layout),
+                    allocations=True) for layout in ("zigzag", "contiguous")],
+              LM.live_memory_judge(R, X["ring_one_pass"]), kind="property", weight=12.0),
         Check("matches on CUDA (world = 3, both layouts)",
               [Call(x.args, device=dev)
                for x in (ring_case(gen, 3, "zigzag", B, c), ring_case(gen, 3, "contiguous"))

@@ -1,6 +1,5 @@
 """Chapter 8's ``tiled_attention_backward``: (dq, dk, dv) one key tile at a time from the saved
-lse. Its checks, mistakes and inputs; the chapter's module (:mod:`grader.checks.ch8_speed`)
-declares it by importing :func:`tiled_attention_backward_checks` from here.
+lse. Its checks and mistakes, in chapter 8's package (:mod:`grader.checks.ch8_speed`).
 
 Besides the values, the checks hold it to the algorithm: tiles whose mask is all False are
 skipped (their NaN keys and values never reach a gradient), tiles blocked for one head, batch
@@ -21,8 +20,9 @@ from ...cases import with_empty_row
 from ...mistakes import MISTAKES
 from ...spec import Call, Check, exercise
 from ..common import judges as J
+from ..common import live_memory as LM
 from ..common import properties as P
-from ..common.inputs import first_tile_blocked, last_only, qkv
+from ..common.inputs import MEMORY, first_tile_blocked, last_only, qkv
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -35,24 +35,31 @@ MISTAKES8: dict[str, str] = {
                 "computed once before the loop), then multiplies by p.",
     "bwd_unscaled_scores": "the weights are recomputed from unscaled scores: the lse was taken over "
                            "q·k / sqrt(d), so scale the scores the same way before subtracting it.",
-    "bwd_grad_unscaled": "dq and dk lack the factor 1/sqrt(d): the scores are q·k / sqrt(d), so the chain "
-                         "rule carries that factor from ds to q and to k.",
-    "bwd_nan_empty": "NaN from a fully masked row: its lse is -inf and so are its scores, and "
-                     "exp(-inf - (-inf)) is NaN. Subtract 0 where the lse is -inf: the row's weights are "
-                     "then exp(-inf) = 0 and its gradients 0.",
+    "bwd_grad_unscaled": "dq and dk lack the scale: the scores are q·k divided by sqrt(d), so the chain "
+                         "rule carries that division from ds to q and to k.",
+    "bwd_nan_empty": "NaN from a fully masked row: its lse is minus infinity and so are its scores, and "
+                     "the exp of their difference is NaN. Where the lse is minus infinity, subtract zero "
+                     "instead: the row's weights are then exactly zero, and so are its gradients.",
     "bwd_tile_not_skipped": "a key tile whose mask is all False is still read: its keys and values reach "
-                            "the gradients (here they hold NaN, and 0·NaN = NaN). Skip such a tile before "
-                            "touching k and v; its dk and dv stay 0.",
+                            "the gradients (here they hold NaN, and zero times NaN is NaN). Skip such a tile "
+                            "before touching k and v; its dk and dv stay zero.",
     "bwd_skip_wrong": "a key tile is skipped although some query may attend one of its keys: skip a tile "
                       "only when its mask is False for every batch, head and query.",
-    "bwd_half": "float16/bfloat16 inputs are computed in their own dtype: exp(s - lse) and the sums over "
-                "queries and keys lose digits there. Compute in float32 and cast dq, dk, dv back at the end.",
+    "bwd_half": "half-precision inputs are computed in their own dtype: exp(s - lse) and the sums over "
+                "queries and keys lose digits there. Compute in single precision (torch.float) and cast dq, "
+                "dk, dv back to the inputs' dtypes at the end.",
     "bwd_tile_softmax": "each tile's weights are a softmax over that tile alone (or an exp shifted by the "
                         "tile's own max): the forward's weights are normalised over every allowed key of "
                         "the row, which exp(s - lse) with the saved lse gives directly.",
-    "bwd_full_scores": "the whole (Lq, Lk) matrix is built: one floating tensor has Lq·Lk or more entries "
-                       "(autograd through plain attention, or every tile's weights kept). Recompute one key "
-                       "tile's weights at a time from the lse, use them, and let them go.",
+    "bwd_full_scores": "the whole (Lq, Lk) matrix is held: at one moment the floating tensors the call "
+                       "created and still held added up to half of the B·H·Lq·Lk weights or more (autograd "
+                       "through a forward keeps every tile's weights for its backward; so does a list). "
+                       "Recompute one key tile's weights at a time from the given lse, use them, and let "
+                       "them go.",
+    "bwd_recomputed": "the gradients follow the lse and out that a forward pass would give, not the ones "
+                      "given: here some rows' lse was raised and some rows' out scaled, and the "
+                      "backward from the saved lse uses them as they are (weights exp(s - lse), "
+                      "D = rowsum(d_out * out)). Do not recompute them, and do not differentiate a forward.",
 }
 X8 = MISTAKES8
 
@@ -119,6 +126,8 @@ def bwd_mistakes(args, kwargs, dtype) -> list[dg.Candidate]:
         (X8["bwd_tile_softmax"], bug(tile_softmax=True)),
         (X8["bwd_skip_wrong"], bug(skip="head0")),
     ]
+    recomputed = lambda: backward(q, k, v, *am.attention_lse(q, k, v, mask), d_out, mask, tile)  # noqa: E731
+    out_.append((X8["bwd_recomputed"], recomputed))
     if dtype in (F16, BF16):
         out_.append((X8["bwd_half"], lambda: backward(
             *(low(t) for t in (q, k, v, out)), lse.float(), low(d_out), mask, tile, work=dtype)))
@@ -148,6 +157,19 @@ def saved(gen, q, k, v, mask, *, nan_tiles: tuple[slice, ...] = ()) -> tuple:
         for s in nan_tiles:
             k[..., s, :] = float("nan")
             v[..., s, :] = float("nan")
+    return q, k, v, out, lse, d_out, mask
+
+
+def given(gen, q, k, v, mask) -> tuple:
+    """:func:`saved`, then what no forward would save: lse + log 2 on about half the rows (those
+    with an allowed key) and out times 1.5 on about half. The backward from the saved lse follows
+    them: its weights exp(s - lse) halve on the first rows, and D = rowsum(d_out * out) grows
+    on the others."""
+    q, k, v, out, lse, d_out, mask = saved(gen, q, k, v, mask)
+    shifted = cases.random_mask(gen, *lse.shape) & torch.isfinite(lse)
+    scaled = cases.random_mask(gen, *lse.shape)
+    lse = torch.where(shifted, lse + math.log(2), lse)
+    out = torch.where(scaled[..., None], out * 1.5, out)
     return q, k, v, out, lse, d_out, mask
 
 
@@ -183,11 +205,12 @@ def partly_blocked(gen, B, H, Lq, Lk, tile) -> torch.Tensor:
     return mask
 
 
-@exercise(7.0, "tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64): (dq, dk, dv) of "
+@exercise(6.0, "tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64): (dq, dk, dv) of "
           "attention, one key tile at a time, each tile's weights recomputed as exp(q·k / sqrt(d) - lse) "
-          "from the saved lse (-inf on fully masked rows); zero gradients for fully masked rows, all-False "
-          "tiles skipped; grads in the inputs' dtypes (computed in float32); no floating tensor of Lq·Lk "
-          "entries.")
+          "from the given lse (-inf on fully masked rows) and D = rowsum(d_out * out) from the given out, "
+          "whatever a forward would give; zero gradients for fully masked rows, all-False tiles skipped; "
+          "grads in the inputs' dtypes (computed in float32); the floating tensors it holds alive at once "
+          "stay below half of the B·H·Lq·Lk weights.")
 def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = BACKWARD
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -203,6 +226,10 @@ def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[
                   Call(saved(pub, *qkv(pub, 1, 2, 2, 5, 3, 3), None), {"tile": 2})], public=True),
         J.values(R, "skips fully masked tiles: their NaN keys and values never reach dq, dk, dv",
                  [Call(skippable_saved(pub, 1, 2, 3, 10, 3), {"tile": 3})], public=True, weight=2.0),
+        J.values(R, "follows the given lse and out (lse + log 2 on some rows, out scaled on others)",
+                 [Call(given(pub, *qkv(pub, 1, 2, 4, 9, 4, 2),
+                             with_empty_row(cases.random_mask(pub, 1, 2, 4, 9), pub)), {"tile": 4})],
+                 public=True, weight=2.0),
     ]
     if not hidden:
         return checks
@@ -218,8 +245,7 @@ def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[
     keys = (torch.arange(Lk) < cases.lengths(gen, B, Lk)[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
     S = lambda *a: saved(gen, *a)  # noqa: E731
     long_q = Lk + cases.integer(gen, 1, 3)  # more queries than keys
-    memory = (1, 2, 16, 64, 4, 3)  # (B, H, Lq, Lk, d, dv): one (B, H, Lq, 4) tile is far below Lq·Lk
-    big = cases.random_mask(gen, 1, 2, 16, 64, p=0.8)
+    big = cases.random_mask(gen, 1, 1, *MEMORY[2:4], p=0.8)  # shared by the heads
     return checks + [
         J.values(R, "matches autograd (B=2, per-head and shared masks, tile not dividing Lk)",
                  [Call(S(*x(), per_head()), {"tile": tile}), Call((*S(*x(), shared()), tile))]),
@@ -257,10 +283,17 @@ def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[
         P.unchanged(R, "does not modify inputs", [Call(S(*x(), per_head()), {"tile": tile})]),
         P.on_cuda(R, "matches on CUDA",
                   [Call(S(*x(F16), per_head()), {"tile": tile}), Call(S(*x(), None), {"tile": tile})]),
-        # Right gradients from the whole weight matrix are autograd's, not this exercise's: the rule
-        # weighs enough that such code keeps about half the points.
-        Check("never creates a floating (Lq, Lk) tensor (Lq=16, Lk=64, tile=4)",
-              [Call(S(*qkv(gen, *memory), big), {"tile": 4}, allocations=True),
-               Call(S(*qkv(gen, *memory), None), {"tile": 4}, allocations=True)],
-              P.allocation_judge(R, X8["bwd_full_scores"]), kind="property", weight=10.0),
+        # The given lse and out are the contract: a backward that recomputes them (autograd through a
+        # forward, or a second tiled forward) follows what the forward would save, not what it was
+        # given, and loses more than half the points here alone.
+        J.values(R, "follows the given lse and out (random sizes, a per-head mask and none, long keys)",
+                 [Call(given(gen, *x(), per_head()), {"tile": tile}),
+                  Call(given(gen, *x(Lk=3 * tile + 1), None), {"tile": tile})], weight=20.0),
+        # Right gradients from the whole weight matrix are autograd's, not this exercise's: what the call
+        # holds alive at once stays below half of that matrix, and the rule outweighs every other check.
+        Check(f"holds less than half of the weight matrix alive at once (B=1, H=2, Lq={MEMORY[2]}, "
+              f"Lk={MEMORY[3]}, tile=4)",
+              [Call(given(gen, *qkv(gen, *MEMORY), big), {"tile": 4}, allocations=True),
+               Call(S(*qkv(gen, *MEMORY), None), {"tile": 4}, allocations=True)],
+              LM.live_memory_judge(R, X8["bwd_full_scores"]), kind="property", weight=46.0),
     ]

@@ -11,6 +11,9 @@ from ... import cases
 from ...cases import with_empty_row
 
 F32 = torch.float32
+#: (B, H, Lq, Lk, d, dv) of the memory checks: the score matrix has 16,384 entries, one
+#: (B, H, Lq, 4) tile 512 and the gradients of q, k and v 1,280 together.
+MEMORY = (1, 2, 64, 128, 2, 2)
 
 
 def qkv(gen, B, H, Lq, Lk, d, dv, dtype=F32, scale=1.0):

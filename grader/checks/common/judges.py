@@ -8,7 +8,7 @@ list of :class:`~grader.spec.Call` s into :class:`~grader.spec.Check` s whose
 judges compare the student's outcomes to the reference computed here, in the
 parent process, on the CPU (in float64 for float inputs). The judges of the
 other properties (device, CUDA, inputs unchanged, gradients) and their factories
-are in :mod:`grader.checks.properties`.
+are in :mod:`grader.checks.common.properties`.
 """
 
 from __future__ import annotations

@@ -16,14 +16,16 @@ import torch
 from ... import diagnose as dg
 from ... import errors
 from ...spec import Call, Outcome, Verdict
+from . import live_memory as _live_memory  # noqa: F401 -- registers its judge factory where merging is
 from .judges import Recipe, float_dtype, inputs_of, raised, rebuildable
 
 #: merge_partials' two numeric failures, named from where the NaN and inf sit (here, not in the
 #: chapter's module, so that the student template names them too: :data:`properties.NAN_REASONS`).
-MERGE_NAN_EMPTY = ("NaN where both parts are empty: with both lse -inf, exp(lse1 - lse) is "
-                   "exp(-inf - (-inf)) = NaN. Shift by 0 where the larger lse is -inf, and return out 0 "
-                   "and lse -inf for such rows.")
-MERGE_OVERFLOW = ("exp(lse) overflows to inf (or underflows to 0) once |lse| passes about 88 in float32: "
+MERGE_NAN_EMPTY = ("NaN where both parts are empty: with both lse minus infinity, exp(lse1 - lse) is "
+                   "the exp of infinity minus infinity, NaN. Shift by zero where the larger lse is minus "
+                   "infinity, and return out zero and lse minus infinity for such rows.")
+MERGE_OVERFLOW = ("exp(lse) overflows to infinity (or underflows to zero) once |lse| passes a few dozen in "
+                  "single precision: "
                   "subtract the larger lse first, m = max(lse1, lse2), "
                   "lse = m + log(exp(lse1 - m) + exp(lse2 - m)).")
 
@@ -167,14 +169,21 @@ def ring_judge(recipe: Recipe, what: str):
 #: The ring's own mistakes, named here (not in the chapter's module) so that the student
 #: template's checks name them too.
 RING_SOURCE_PLUS = ("the shard held at step s is taken from rank (r + s) mod world: the ring passes each "
-                    "shard on to rank r + 1, so at step s rank r holds that of rank (r - s) mod world")
+                    "shard on to the next rank, so at step s rank r holds that of rank (r - s) mod world")
 RING_EMPTY_STEPS = ("steps whose mask is all False are not skipped: a step in which no local query may "
                     "see any key of the shard held (under contiguous sharding, every shard after the "
                     "rank's own) must be left out of steps, as a kernel skips it")
-RING_LAYOUT = ("the shards follow the other layout: contiguous gives rank r chunks 2r and 2r + 1, zigzag "
-               "chunks r and 2·world - 1 - r (of the 2·world chunks of c = L / (2·world) positions)")
+RING_LAYOUT = ("the shards follow the other layout: contiguous gives rank r two neighbouring chunks, zigzag "
+               "chunk r from the start and chunk r from the end (of the chunks of c positions each, two "
+               "per rank)")
 RING_LOCAL = ("each step's mask compares local indices (i >= j): the shard held comes from another rank, "
               "so compare the global positions of the local queries and of the shard's keys")
+RING_SHARD_ORDER = ("each step's mask follows the order of the ranks (all of an earlier rank's keys, "
+                    "a causal triangle on the rank's own, nothing of a later rank's): that is right for "
+                    "contiguous sharding only. Under zigzag a rank holds an early chunk and a late one, so "
+                    "its late queries see the early chunks of later ranks, and its early queries only part "
+                    "of an earlier rank's keys: mask each step by the global positions of the queries and "
+                    "keys")
 RING_NO_MERGE = ("out is the last step's partial result alone: each step's (out_s, lse_s) must be merged "
                  "into the rank's running (out, lse) with merge_partials, not written over it")
 RING_STALE_LSE = ("the running lse is not updated after a merge: merge_partials returns the merged lse "
@@ -199,6 +208,15 @@ def _ring_partial(q, k, v, L, world, rank, src, layout, local: bool = False):
     return attend64(q[..., mine, :], k[..., theirs, :], v[..., theirs, :], m), m
 
 
+def _by_rank_order(q, k, v, L, world, r, src, layout):
+    """Rank r's partial result at the step holding rank src's shard, masked by rank order: every key
+    of an earlier rank, a causal triangle on its own, nothing of a later one (right for contiguous)."""
+    mine, theirs = layout_positions(L, world, r, layout), layout_positions(L, world, src, layout)
+    n = mine.numel()
+    m = torch.ones(n, n, dtype=torch.bool).tril() if src == r else torch.full((n, n), src < r)
+    return attend64(q[..., mine, :], k[..., theirs, :], v[..., theirs, :], m), m
+
+
 def _ring_mistake(ran, q, k, v, L, world, r, layout, parts, dtype) -> str | None:
     """The classic mistake whose steps, for rank r, are exactly ``ran``; or None."""
     sources = [(r - s) % world for s in range(world)]
@@ -213,6 +231,8 @@ def _ring_mistake(ran, q, k, v, L, world, r, layout, parts, dtype) -> str | None
         (RING_LAYOUT, lambda: nonempty(_ring_partial(q, k, v, L, world, r, src, other) for src in sources)),
         (RING_LOCAL, lambda: [_ring_partial(q, k, v, L, world, r, src, layout, local=True)[0]
                               for src in sources]),
+        (RING_SHARD_ORDER, lambda: nonempty(_by_rank_order(q, k, v, L, world, r, src, layout)
+                                            for src in sources)),
     ]
     for message, make in candidates:
         want = make()

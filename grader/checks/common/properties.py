@@ -1,6 +1,6 @@
 """Judges and check factories for the properties beyond values, shared by every chapter.
 
-Each takes a :class:`~grader.checks.judges.Recipe` and judges one property of the
+Each takes a :class:`~grader.checks.common.judges.Recipe` and judges one property of the
 student's outcomes: on ``device`` (meta by default), the outputs' device, dtype
 and shape (:func:`on_device`); on CUDA, results that match the reference and the
 student's own CPU result (:func:`on_cuda`); tensor inputs left as they were
