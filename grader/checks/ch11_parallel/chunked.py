@@ -1,7 +1,7 @@
 """Chapter 11's chunked masks: ``chunked_local_mask`` and ``padded_chunked_mask`` (Llama 4's
 chunked attention, with transformers' left padding), their checks and mistakes; in chapter 11's
-package (:mod:`grader.checks.ch11_parallel`). The hidden cases draw chunks that do not divide the sequence, decode steps across a
-chunk border, and masked keys after a row's first real token.
+package (:mod:`grader.checks.ch11_parallel`). The hidden cases draw chunks that do not divide the
+sequence, decode steps across a chunk border, and masked keys after a row's first real token.
 """
 
 from __future__ import annotations
