@@ -113,6 +113,8 @@ CONTRACT = (
     "topk_selection_mask",
     "block_diffusion_mask",
     "decay_mask",
+    "block_sparse_forward",
+    "block_sparse_backward",
 )
 
 __all__ = [

@@ -113,7 +113,7 @@ TILED = J.Recipe("tiled_attention", am.tiled_attention, ("q", "k", "v", "mask", 
                  (J.Out("out", "number", "(B, H, Lq, dv)"),), diagnose_tiled)
 
 
-@exercise(4.5, "tiled_attention(q, k, v, mask=None, tile=64): attention's out (B, H, Lq, dv) computed one "
+@exercise(2.5, "tiled_attention(q, k, v, mask=None, tile=64): attention's out (B, H, Lq, dv) computed one "
           "key tile at a time with a running max and sum; skips tiles whose mask is all False; no floating "
           "tensor of Lq·Lk entries.")
 def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
