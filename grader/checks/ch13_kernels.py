@@ -28,8 +28,9 @@ import attnmask as am
 from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
-from ..spec import Call, Check, Verdict, exercise
+from ..spec import Call, Check, exercise
 from . import judges as J
+from . import properties as P
 from .backward_checks import X8, backward
 from .ch8_speed import online
 from .tile_inputs import qkv
@@ -256,27 +257,6 @@ BACKWARD = J.Recipe("block_sparse_backward", sparse_backward,
                      J.Out("dv", "number", "(B, H, Lk, dv)")), diagnose_backward)
 
 
-def launcher_judge(recipe: J.Recipe, outputs: tuple[int, ...]):
-    """The launcher creates no floating tensor larger than the largest of the argument tensors at
-    ``outputs`` (those the outputs are shaped like): the arithmetic is the kernel's."""
-
-    def judge(calls: list[Call], outcomes: list) -> Verdict:
-        for call, o in zip(calls, outcomes):
-            inputs = J.inputs_of(recipe, call)
-            if o.error is not None:
-                return J.raised(o.error, inputs)
-            if o.largest is None:
-                return dg.fail("the tensors created during the call were not recorded")
-            bound = max(call.args[i].numel() for i in outputs)
-            if math.prod(o.largest) > bound:
-                return dg.fail(X13["k_torch_launcher"], f"the largest floating tensor the launcher created "
-                               f"has shape {dg.shape_str(o.largest)}; the outputs have at most {bound} "
-                               f"entries each; inputs: {inputs}")
-        return dg.PASS
-
-    return dg.judged(judge)
-
-
 def _needs_triton(checks: list[Check]) -> list[Check]:
     for c in checks:
         c.requires = "triton"
@@ -295,7 +275,7 @@ def block_sparse_forward_checks(seed: int = 0, hidden: bool = True) -> list[Chec
                  [Call(blocky(pub, 1, 1, 20, 40, 4, 2))], public=True),
         Check("the launcher computes nothing itself: no floating tensor larger than out (Lq=8, Lk=64, "
               "d=dv=1)", [Call(blocky(pub, 1, 1, 8, 64, 1, 1, empty_row=False), allocations=True)],
-              launcher_judge(R, (0,)), public=True, kind="property", weight=10.0),
+              P.launcher_judge(R, X13["k_torch_launcher"], (0,)), public=True, kind="property", weight=10.0),
     ]
     if not hidden:
         return _needs_triton(checks)
@@ -326,7 +306,8 @@ def block_sparse_backward_checks(seed: int = 0, hidden: bool = True) -> list[Che
         Check("the launcher computes nothing itself: no floating tensor larger than dq, dk or dv (Lq=8, "
               "Lk=64, d=dv=1)",
               [Call(_saved(blocky(pub, 1, 1, 8, 64, 1, 1, empty_row=False)), allocations=True)],
-              launcher_judge(R, (0, 1, 2)), public=True, kind="property", weight=10.0),
+              P.launcher_judge(R, X13["k_torch_launcher"], (0, 1, 2)), public=True, kind="property",
+              weight=10.0),
     ]
     if not hidden:
         return _needs_triton(checks)
