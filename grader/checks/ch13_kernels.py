@@ -184,6 +184,39 @@ def _saved(call_args: tuple) -> tuple:
 
 # --------------------------------------------------------------------------- the mistakes, computed
 
+def walked(q, k, v, mask, lists, *, full_first=True, rescale_sum=True, rescale_out=True):
+    """The online softmax over each query tile's listed key tiles in the kernel's order (full ones
+    first, or partial ones first), with a rescale of the running sum or output left out."""
+    kv_num, kv_idx, full_num, full_idx = lists
+    B, H, Lq, d = q.shape
+    work = torch.promote_types(q.dtype, torch.float32)
+    q, k, v = q.to(work), _finite(k).to(work), _finite(v).to(work)
+    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=work)
+    lse = torch.full((B, H, Lq), float("-inf"), dtype=work)
+    for b in range(B):
+        for h in range(H):
+            for i in range(kv_num.shape[-1]):
+                r = slice(i * TILE, (i + 1) * TILE)
+                full = [(j, True) for j in full_idx[b, h, i, :int(full_num[b, h, i])].tolist()]
+                part = [(j, False) for j in kv_idx[b, h, i, :int(kv_num[b, h, i])].tolist()]
+                m = torch.full((q[b, h, r].shape[0], 1), float("-inf"), dtype=work)
+                l_, acc = torch.zeros_like(m), torch.zeros(m.shape[0], v.shape[-1], dtype=work)
+                for j, is_full in (full + part if full_first else part + full):
+                    c = slice(j * TILE, (j + 1) * TILE)
+                    s = q[b, h, r] @ k[b, h, c].T / math.sqrt(d)
+                    if not is_full:
+                        s = s.masked_fill(~mask[b, h, r, c], float("-inf"))
+                    m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+                    shift = torch.where(torch.isinf(m_new), 0.0, m_new)
+                    alpha, p = torch.exp(m - shift), torch.exp(s - shift)
+                    l_ = (l_ * alpha if rescale_sum else l_) + p.sum(-1, keepdim=True)
+                    acc = (acc * alpha if rescale_out else acc) + p @ v[b, h, c]
+                    m = m_new
+                out[b, h, r] = acc / torch.where(l_ == 0, 1.0, l_)
+                lse[b, h, r] = torch.where(l_ == 0, float("-inf"), m + torch.log(l_))[:, 0]
+    return out, lse
+
+
 def forward_mistakes(q, k, v, mask, *lists) -> list[dg.Candidate]:
     Lq, Lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     ref = lambda **kw: sparse_forward(q, k, v, mask, *lists, **kw)  # noqa: E731
@@ -196,6 +229,9 @@ def forward_mistakes(q, k, v, mask, *lists) -> list[dg.Candidate]:
         (X13["k_partial_unmasked"], lambda: ref(mask_partial=False)),
         (X13["k_full_skipped"], lambda: ref(full=False)),
         (X13["k_partial_skipped"], lambda: ref(partial=False)),
+        *((M["no_rescale"], lambda kw=kw, first=first: walked(q, k, v, mask, lists, full_first=first, **kw))
+          for first in (True, False) for kw in ({"rescale_sum": False}, {"rescale_out": False},
+                                                 {"rescale_sum": False, "rescale_out": False})),
         (M["no_rescale"], lambda: (online(q, _finite(k), _finite(v), keep, TILE, rescale_sum=False), lse)),
         (M["no_rescale"], lambda: (online(q, _finite(k), _finite(v), keep, TILE, rescale_out=False), lse)),
         (M["nan_rows"], lambda: (out.masked_fill(empty[..., None], float("nan")), lse)),
@@ -209,41 +245,48 @@ def forward_mistakes(q, k, v, mask, *lists) -> list[dg.Candidate]:
     ]
 
 
-def _nan_reason(k, got, want) -> str | None:
-    """NaN where the reference has none, with NaN keys in unlisted tiles: they were read."""
-    if bool(torch.isnan(k).any()) and bool((torch.isnan(got) & ~torch.isnan(want)).any()):
-        return X13["k_lists_ignored"]
-    return None
+def _nan_reason(args, got, want) -> str | None:
+    """NaN where the reference has none, in rows that have allowed keys, with NaN keys in unlisted
+    tiles: those tiles were read. (NaN in fully masked rows only is another mistake.)"""
+    q, k, mask, lists = args[0], args[1], args[-5], args[-4:]
+    if not bool(torch.isnan(k).any()):
+        return None
+    bad = torch.isnan(got) & ~torch.isnan(want)
+    if bad.shape[-2] != q.shape[-2]:  # dk, dv: rows are keys
+        return X13["k_lists_ignored"] if bool(bad.any()) else None
+    live = allowed(mask, tuple(lists), q.shape[-2], k.shape[-2], TILE).any(-1)  # (B, H, Lq)
+    return X13["k_lists_ignored"] if bool((bad.flatten(3).any(-1) & live).any()) else None
 
 
 def diagnose_forward(args, kwargs, got, index, dtype) -> str | None:
     q, k, v, mask, *lists = args
     want = sparse_forward(*args, **kwargs)[index]
-    return _nan_reason(k, got, want) or dg.name_mistake(got, forward_mistakes(q, k, v, mask, *lists), dtype,
-                                                          index)
+    candidates = forward_mistakes(q, k, v, mask, *lists)
+    return _nan_reason(args, got, want) or dg.name_mistake(got, candidates, dtype, index)
 
 
 def backward_mistakes(q, k, v, out, lse, d_out, mask, *lists) -> list[dg.Candidate]:
-    keep = allowed(mask, lists, q.shape[-2], k.shape[-2], TILE)
-    part = lambda **kw: backward(q, _finite(k), _finite(v), out, lse, d_out, keep, TILE, **kw)  # noqa: E731
-    other = lambda **kw: grads_over(  # noqa: E731
-        q, k, v, d_out, allowed(mask, lists, q.shape[-2], k.shape[-2], TILE, **kw))
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    cells_of = lambda **kw: allowed(mask, lists, Lq, Lk, TILE, **kw)  # noqa: E731
+    right = cells_of()
+    part = lambda keep=right, **kw: backward(q, _finite(k), _finite(v), out, lse, d_out, keep,  # noqa: E731
+                                             TILE, **kw)
     return [
         (X8["bwd_no_D"], lambda: part(row_term=False)),
         (X8["bwd_unscaled_scores"], lambda: part(scaled_scores=False)),
         (X8["bwd_grad_unscaled"], lambda: part(grad_scale=False)),
         (X8["bwd_nan_empty"], lambda: part(guard=False)),
-        (X13["k_mask_on_full"], lambda: other(mask_full=True)),
-        (X13["k_partial_unmasked"], lambda: other(mask_partial=False)),
-        (X13["k_full_skipped"], lambda: other(full=False)),
-        (X13["k_partial_skipped"], lambda: other(partial=False)),
+        (X13["k_mask_on_full"], lambda: part(cells_of(mask_full=True))),
+        (X13["k_partial_unmasked"], lambda: part(cells_of(mask_partial=False))),
+        (X13["k_full_skipped"], lambda: part(cells_of(full=False))),
+        (X13["k_partial_skipped"], lambda: part(cells_of(partial=False))),
     ]
 
 
 def diagnose_backward(args, kwargs, got, index, dtype) -> str | None:
     q, k, v, out, lse, d_out, mask, *lists = args
     want = sparse_backward(*args, **kwargs)[index]
-    return _nan_reason(k, got, want) or dg.name_mistake(
+    return _nan_reason(args, got, want) or dg.name_mistake(
         got, backward_mistakes(q, k, v, out, lse, d_out, mask, *lists), dtype, index)
 
 
