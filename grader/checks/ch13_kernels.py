@@ -39,6 +39,8 @@ M = MISTAKES
 F32, F16 = torch.float32, torch.float16
 TILE = 16
 EMPTY, PARTIAL, FULL = 0, 1, 2
+#: The exercises whose checks need triton (the ``[kernels]`` extra); skipped without it.
+KERNEL_EXERCISES = ("block_sparse_forward", "block_sparse_backward")
 
 #: Chapter 13's classic mistakes, in plain words (one definition each).
 MISTAKES13: dict[str, str] = {
