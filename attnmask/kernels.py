@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import sys
 
 import torch
 
@@ -29,6 +31,8 @@ def triton_available() -> bool:
 def _kernels():
     if not triton_available():
         raise ModuleNotFoundError(f"triton is not installed; {INSTALL}")
+    if "triton" not in sys.modules and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # no GPU: run the kernels in the interpreter
     from . import triton_kernels
 
     return triton_kernels
