@@ -114,7 +114,7 @@ def allowed(mask, lists, Lq, Lk, tile, *, full=True, partial=True, mask_full=Fal
     return in_full | in_part
 
 
-def blocky(gen, B, H, Lq, Lk, d, dv, *, dtype=F32, junk=False, empty_row=True):
+def blocky(gen, B, H, Lq, Lk, d, dv, *, dtype=F32, junk=False, empty_row=True, scale=1.0):
     """(q, k, v, mask, *lists) with empty, partial and full tiles in every query tile; one key tile
     per head listed nowhere, its keys and values NaN and the unused list entries naming it; a fully
     masked row (head 0, batch 0) when ``empty_row``; with ``junk``, mask cells outside partial
@@ -138,7 +138,7 @@ def blocky(gen, B, H, Lq, Lk, d, dv, *, dtype=F32, junk=False, empty_row=True):
         mask = torch.where(c == PARTIAL, mask, cases.random_mask(gen, B, H, Lq, Lk, p=0.5))
     if empty_row:
         mask[0, 0, row] = mask[0, 0, row] & (c[0, 0, row] != PARTIAL)
-    q, k, v = qkv(gen, B, H, Lq, Lk, d, dv, dtype)
+    q, k, v = qkv(gen, B, H, Lq, Lk, d, dv, dtype, scale)
     unread = cells(classes, Lq, Lk, TILE).amax(-2) == EMPTY  # (B, H, Lk): keys no query tile reads
     k = k.masked_fill(unread[..., None], float("nan"))
     v = v.masked_fill(unread[..., None], float("nan"))
@@ -302,6 +302,14 @@ BACKWARD = J.Recipe("block_sparse_backward", sparse_backward,
                      J.Out("dv", "number", "(B, H, Lk, dv)")), diagnose_backward)
 
 
+def on_gpu(recipe: J.Recipe, name: str, call: Call) -> Check:
+    """The kernel compiled for a GPU, on CUDA tensors: skipped where there is no CUDA (where there
+    is, TRITON_INTERPRET is not set and Triton compiles the kernel)."""
+    check = J.values(recipe, name, [call], edge=True)  # earns once the CPU cases pass: it confirms them
+    check.requires = "cuda"
+    return check
+
+
 def _needs_triton(checks: list[Check]) -> list[Check]:
     for c in checks:
         c.requires = "triton"
@@ -335,7 +343,10 @@ def block_sparse_forward_checks(seed: int = 0, hidden: bool = True) -> list[Chec
                  [Call(blocky(gen, 1, 2, Lk, fewer, d, dv, junk=True))]),
         J.values(R, "float16 inputs, a fully masked row",
                  [Call(blocky(gen, 1, 1, Lq, Lk, d, dv, dtype=F16))]),
-    ])
+        J.values(R, "large scores (q and k scaled by 7, past exp in float32) next to masked keys",
+                 [Call(blocky(gen, 1, 1, Lq, Lk, d, dv, scale=7.0))]),
+    ]) + [on_gpu(R, "compiles and matches on a CUDA GPU (float16, B=2, H=2)",
+                 Call(blocky(gen, 2, 2, Lq, Lk, d, dv, dtype=F16), device="cuda"))]
 
 
 @exercise(2.0, "block_sparse_backward(q, k, v, out, lse, d_out, mask, kv_num_blocks, kv_indices, "
@@ -367,4 +378,7 @@ def block_sparse_backward_checks(seed: int = 0, hidden: bool = True) -> list[Che
                  [Call(_saved(blocky(gen, 1, 1, Lk, fewer, d, dv, junk=True)))]),
         J.values(R, "float16 inputs, a fully masked row",
                  [Call(_saved(blocky(gen, 1, 1, Lq, Lk, d, dv, dtype=F16)))]),
-    ])
+        J.values(R, "large scores (q and k scaled by 7, past exp in float32) next to masked keys",
+                 [Call(_saved(blocky(gen, 1, 1, Lq, Lk, d, dv, scale=7.0)))]),
+    ]) + [on_gpu(R, "compiles and matches on a CUDA GPU (float16, B=2, H=2)",
+                 Call(_saved(blocky(gen, 2, 2, Lq, Lk, d, dv, dtype=F16)), device="cuda"))]
