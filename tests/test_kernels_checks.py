@@ -28,7 +28,8 @@ SEED = 7
 def _score(name, fn, seed=SEED):
     checks = EXERCISES[name].make_checks(seed, hidden=True)
     verdicts = grade(fn, checks)
-    results = [CheckResult(c.name, c.public, c.weight, verdicts[c.name].passed, kind=c.kind) for c in checks]
+    results = [CheckResult(c.name, c.public, c.weight, verdicts[c.name].passed, kind=c.kind)
+               for c in checks if c.name in verdicts]  # CUDA checks run where there is a GPU
     return score_of(results), verdicts
 
 
