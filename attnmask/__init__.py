@@ -9,6 +9,7 @@ from .attention import Plan, attention, attention_plan
 from .cache import KVCache, kv_cache_attention
 from .diagnosis import LEAK_TOL, LayerStack, PaddedDecoder, find_leaking_layer, leaks_across_padding
 from .influence import influence_matrix
+from .kernels import block_sparse_backward, block_sparse_forward
 from .linear import decay_mask, decay_scan, linear_attention
 from .masks import (
     block_diffusion_mask,
@@ -114,6 +115,8 @@ CONTRACT = (
     "topk_selection_mask",
     "block_diffusion_mask",
     "decay_mask",
+    "block_sparse_forward",
+    "block_sparse_backward",
 )
 
 __all__ = [
@@ -129,6 +132,8 @@ __all__ = [
     "RollingKVCache",
     "TinyDecoder",
     "TinyEncoderDecoder",
+    "block_sparse_backward",
+    "block_sparse_forward",
     "alibi_bias",
     "alibi_slopes",
     "and_masks",

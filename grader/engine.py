@@ -74,6 +74,17 @@ def needs_cuda(check) -> bool:
     return check.requires == "cuda" or any(getattr(c, "device", "cpu") == "cuda" for c in check.calls)
 
 
+#: Why a kernel exercise's checks are skipped where triton is not installed (one line).
+NEEDS_TRITON = "needs triton, not installed here: pip install -r requirements-kernels.txt"
+
+
+def triton_available() -> bool:
+    """Whether triton can be imported here (chapter 13's kernels), without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
 def cuda_available() -> bool:
     import torch
 
@@ -111,6 +122,8 @@ class _Exercise:
         for ci, check in enumerate(self.checks):
             if needs_cuda(check) and not has_cuda:
                 self.verdicts[ci] = Verdict(False, "needs a CUDA GPU; this machine has none", skipped=True)
+            elif check.requires == "triton" and not triton_available():
+                self.verdicts[ci] = Verdict(False, NEEDS_TRITON, skipped=True)
 
     @property
     def runnable(self) -> list[int]:

@@ -28,7 +28,10 @@ _STUB = re.compile(r"^(?P<name>[A-Za-z_]\w*): .*\(see exercise (?P<exercise>\d+\
 
 
 def stub_exercise(error: BaseException) -> tuple[str, str] | None:
-    """``(exercise, function)`` when ``error`` is an exercise stub's NotImplementedError, else None."""
+    """``(exercise, function)`` when ``error`` is an exercise stub's NotImplementedError, else None.
+    A stub raised inside a Triton kernel (chapter 13) arrives as the cause of the interpreter's error."""
+    if type(error).__name__ == "InterpreterError" and error.__cause__ is not None:
+        error = error.__cause__
     if not isinstance(error, NotImplementedError) or not error.args:
         return None
     m = _STUB.match(str(error.args[0]))

@@ -112,7 +112,8 @@ class ExerciseResult:
             return
         if self.checks and not values:
             # Nothing could be compared here: the exercise counts neither for nor against.
-            self.status, self.message = SKIPPED, "every check needs hardware this machine lacks"
+            self.status, self.message = SKIPPED, (self.skipped_checks[0].message if self.skipped_checks
+                                                  else "every check needs hardware this machine lacks")
             self.max_score, self.score = 0.0, 0.0
         elif all(c.passed for c in counted):
             self.status, self.message = PASSED, ""

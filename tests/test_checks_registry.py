@@ -14,6 +14,7 @@ from buggy import correct, failures, grade
 import attnmask as am
 from grader import fnspecs
 from grader.checks import EXERCISES, POINTS, public_summary
+from grader.checks.ch13_kernels import KERNEL_EXERCISES
 from grader.spec import Call, FnSpec
 
 
@@ -21,7 +22,7 @@ def test_exercises_follow_the_contract_in_chapter_order():
     assert tuple(EXERCISES) == am.CONTRACT
     assert list(POINTS) == list(EXERCISES)
     chapters = [ex.chapter for ex in EXERCISES.values()]
-    assert chapters == sorted(chapters) and set(chapters) == {*range(1, 13)}  # every chapter has one
+    assert chapters == sorted(chapters) and set(chapters) == {*range(1, 14)}  # every chapter has one
     for name, ex in EXERCISES.items():
         assert ex.name == name and ex.points == POINTS[name] > 0
         assert name in public_summary(name)
@@ -165,7 +166,8 @@ def _has_empty_row(call) -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", list(EXERCISES))
+#: A Triton kernel reads memory through pointers: it cannot run on meta tensors (chapter 13).
+@pytest.mark.parametrize("name", [n for n in EXERCISES if n not in KERNEL_EXERCISES])
 def test_defaults_are_exercised_on_the_meta_device(name):
     """Every optional argument an exercise can be called without is left out in a
     meta-device check, so a tensor the function makes for it on the CPU is caught."""

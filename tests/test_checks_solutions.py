@@ -7,6 +7,7 @@ import torch
 from buggy import correct, failures, grade, native
 
 from grader.checks import EXERCISES
+from grader.checks.ch13_kernels import KERNEL_EXERCISES
 from grader.sandbox.execute import execute
 from grader.spec import Call
 
@@ -38,7 +39,7 @@ def test_stub_fails_every_check_and_says_so(name):
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_cuda_checks_pass_for_correct_solution(name):
     checks = [c for c in EXERCISES[name].make_checks(0) if c.requires == "cuda"]
-    assert checks, "every exercise has a CUDA check"
+    assert checks or name in KERNEL_EXERCISES, "every exercise has a CUDA check"
     assert failures(grade(getattr(correct, name), checks)) == {}
 
 
@@ -59,7 +60,9 @@ def _as_if_on_cuda(fn, check):
 PLAIN_ANSWERS = ("find_leaking_layer", "leaks_across_padding")
 
 
-@pytest.mark.parametrize("name", [n for n in EXERCISES if n not in PLAIN_ANSWERS])
+#: Chapter 13's kernels run on CUDA where a GPU is, in the interpreter on the CPU elsewhere: one call
+#: cannot be made on both devices in one process, so they have no CUDA pair check.
+@pytest.mark.parametrize("name", [n for n in EXERCISES if n not in PLAIN_ANSWERS + KERNEL_EXERCISES])
 def test_cuda_judges_pass_a_correct_result_and_catch_one_left_on_the_cpu(name):
     (check,) = [c for c in EXERCISES[name].make_checks(4) if c.requires == "cuda"]
     assert {c.device for c in check.calls} == {"cuda", "cpu"}

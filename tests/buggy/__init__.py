@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from grader.engine import triton_available
 from grader.sandbox.execute import execute
 from grader.spec import Check, Verdict
 
@@ -16,6 +17,8 @@ def grade(fn, checks: list[Check]) -> dict[str, Verdict]:
     out = {}
     for check in checks:
         if check.requires == "cuda" and not torch.cuda.is_available():
+            continue
+        if check.requires == "triton" and not triton_available():
             continue
         outcomes = [execute(fn, call, want_grads=check.want_grads) for call in check.calls]
         out[check.name] = check.judge(check.calls, outcomes)
