@@ -29,11 +29,11 @@ from .. import cases
 from .. import diagnose as dg
 from ..mistakes import MISTAKES
 from ..spec import Call, Check, exercise
-from . import judges as J
-from . import properties as P
-from .backward_checks import X8, backward
-from .ch8_speed import online
-from .tile_inputs import qkv
+from .ch8_speed.backward import X8, backward
+from .ch8_speed.forward import online
+from .common import judges as J
+from .common import properties as P
+from .common.inputs import qkv
 
 M = MISTAKES
 F32, F16 = torch.float32, torch.float16
