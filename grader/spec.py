@@ -35,12 +35,15 @@ class FnSpec:
 class Call:
     """One call ``fn(*args, **kwargs)``; tensors in args go to ``device`` first
     (``"cpu"``, ``"cuda"`` or ``"meta"``). With ``allocations``, the call also
-    records the largest floating tensor it creates (:attr:`Outcome.largest`)."""
+    records the largest floating tensor it creates (:attr:`Outcome.largest`). With
+    ``default_device`` (``"meta"``), the call runs inside ``with torch.device(...)``: a
+    tensor the function makes without ``device=`` lands there, not beside its inputs."""
 
     args: tuple
     kwargs: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     allocations: bool = False
+    default_device: str | None = None
 
 
 @dataclass

@@ -158,7 +158,7 @@ def test_with_the_stubs_explore_cells_print_one_line_each_and_no_traceback(path)
             assert m and int(m[1]) == chapter, f"{path.name}: {line!r} (only 'Explore: finish ...' lines)"
 
 
-# --------------------------------------------------------------------------- hints that give the code in prose
+# --------------------------------------------------------------------------- hints that narrate the code
 
 #: Calls too common to say anything about a method (constructors, casts, Python built-ins).
 COMMON_CALLS = {
@@ -167,13 +167,14 @@ COMMON_CALLS = {
     "max", "abs", "append", "contiguous", "clone", "detach", "unsqueeze", "type", "ones", "zeros", "full",
     "empty", "tensor", "long", "new_zeros", "new_full", "new_ones", "new_empty", "ones_like", "zeros_like",
 }
-MIN_STEPS = 3  # a hint may name two of the reference's calls (the idea needs words); three in order is a recipe
+MIN_STEPS = 3  # a hint may name two of the reference's calls (the idea needs words); three in order: a recipe
 MIN_SHARE = 0.25  # ... and only when they are a real part of the reference (a quarter of its calls or more)
 
 #: (notebook stem, exercise number, hint title) -> why it may stay. Each entry says why.
 RECIPE_EXCEPTIONS: dict[tuple[str, int, str], str] = {
     ("ex08_speed", 1, "Hint 3: −∞ rows"):
-        "issue 45 item 2: ex08's statement and Hint 3 give the guard; `method` rewrites ex08's hints this step",
+        "issue 45 item 2: ex08's statement and Hint 3 give the guard; `method` rewrites ex08's hints "
+        "this step",
     ("ex11_across_devices", 1, "Hint 2: finite gradients"):
         "issue 45 item 2: 11.1's hints are `method`'s to rewrite this step (ex11 is theirs)",
     ("ex11_across_devices", 2, "Hint 2: both parts empty"):
@@ -182,7 +183,7 @@ RECIPE_EXCEPTIONS: dict[tuple[str, int, str], str] = {
 
 
 def _stem(word: str) -> str:
-    """One spelling for a call and the words that narrate it: `scatter_`, `Sorting` and `sorts` -> scatter, sort."""
+    """One spelling for a call and the prose that names it: `scatter_`, `Sorting` -> scatter, sort."""
     word = word.lower().rstrip("_")
     for suffix in ("ing", "ed", "es", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -268,9 +269,10 @@ def stub_messages(nb: nbformat.NotebookNode) -> list[str]:
 
 
 #: 12.2's Hint 2 as it stood before issue 45: two stable sorts and the scatter, the reference in prose.
-OLD_12_2_HINT_2 = """`torch.sort(..., stable=True)` keeps equal values in index order, so a descending stable sort puts
-the lower index first among ties. Sorting twice, stably, orders by two keys (the last sort decides first). The
-rank of each key is the inverse of the sorted order: `scatter` the positions `0 .. Lk-1` back to the indices."""
+OLD_12_2_HINT_2 = """`torch.sort(..., stable=True)` keeps equal values in index order, so a descending stable
+sort puts the lower index first among ties. Sorting twice, stably, orders by two keys (the last sort decides
+first). The rank of each key is the inverse of the sorted order: `scatter` the positions `0 .. Lk-1` back to
+the indices."""
 
 
 def test_the_recipe_scan_catches_a_hint_that_narrates_the_reference():
@@ -289,7 +291,7 @@ def test_the_recipe_scan_catches_a_hint_that_narrates_the_reference():
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
 def test_no_hint_or_stub_narrates_the_reference_calls_in_order(path):
-    """A hint gives the idea, a shape or invariant, a test: never the reference's calls in order, in code or prose."""
+    """A hint gives the idea, a shape or invariant, a test: never the reference's calls in order."""
     solution = nbformat.read(path, as_version=4)
     regions = [r for c in solution.cells if c.cell_type == "code" for r in _regions(c.source)]
     exercise = nbformat.read(ROOT / "exercises" / path.name, as_version=4)
@@ -302,7 +304,8 @@ def test_no_hint_or_stub_narrates_the_reference_calls_in_order(path):
         for region in regions:
             if named := is_recipe(reference_calls(region), message):
                 recipes.append(f"  {path.stem} stub {message!r}: names {' -> '.join(named)}")
-    assert not recipes, "hints that narrate the reference (give the idea, a shape, a test):\n" + "\n".join(recipes)
+    assert not recipes, ("hints that narrate the reference (give the idea, a shape, a test):\n"
+                         + "\n".join(recipes))
 
 
 @pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
@@ -313,4 +316,5 @@ def test_every_stub_message_is_neutral(path):
     assert messages
     for m, message in enumerate(messages, start=1):
         name = message.split(":")[0]
-        assert message == release.stub_message(name, chapter, m) == f"{name}: implement it (see exercise {chapter}.{m})"
+        want = f"{name}: implement it (see exercise {chapter}.{m})"
+        assert message == release.stub_message(name, chapter, m) == want
