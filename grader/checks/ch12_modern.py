@@ -167,6 +167,8 @@ def sink_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     Lq, Lk = cases.integer(gen, 3, 5), cases.integer(gen, 6, 10)
     x = lambda dtype=F32, scale=1.0: (*qkv(gen, B, H, Lq, Lk, d, dv, dtype, scale), sinks_of(gen, H))  # noqa: E731
     per_head = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
+    # query 0 of every head sees no key: each head's sink meets a fully masked row
+    empty_in_every_head = lambda: per_head() & (torch.arange(Lq) != 0)[:, None]  # noqa: E731
     keys = (torch.arange(Lk) < cases.lengths(gen, B, Lk)[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
     far = torch.tensor([float(cases.integer(gen, 20, 40)), -float(cases.integer(gen, 20, 40))]).repeat(H)[:H]
     return checks + [
@@ -188,8 +190,9 @@ def sink_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         # fills that stand in for -inf: a fully masked row beside a sink below -1e9 (or at float32's lowest)
         # must still give 0, and allowed scores below -2e9 must still outweigh blocked keys
         J.values(R, "sinks far below -1e9 (one at float32's lowest) beside fully masked rows",
-                 [Call((*x()[:3], low_sinks(H), per_head())),
-                  Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "negative"), low_sinks(H), per_head()))]),
+                 [Call((*x()[:3], low_sinks(H), empty_in_every_head())),
+                  Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "negative"), low_sinks(H),
+                        empty_in_every_head()))]),
         P.gradients(R, "a sink far above every score (a max without the sink overflows), match reference",
                     [Call((*x()[:3], torch.full((H,), 150.0), per_head()))]),
         J.values(R, "float16 (sinks float32)", [Call((*x(F16), per_head()))]),
