@@ -22,7 +22,7 @@ import ast
 import re
 from types import TracebackType
 
-#: The release's stub raises ``NotImplementedError("<function>: <hint> (see exercise N.M)")``
+#: The release's stub raises ``NotImplementedError("<function>: implement it (see exercise N.M)")``
 #: (:mod:`grader.runners.single.release`); torch's own NotImplementedError (no kernel) does not match.
 _STUB = re.compile(r"^(?P<name>[A-Za-z_]\w*): .*\(see exercise (?P<exercise>\d+\.\d+)\)\s*$", re.S)
 

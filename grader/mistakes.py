@@ -63,7 +63,9 @@ MISTAKES: dict[str, str] = {
     "shapes_clash": "two shapes do not broadcast: shapes line up from the right, and only a size-1 axis "
                     "stretches. For example, a (B, L) padding table meets an (L, L) causal mask on its last "
                     "two axes and clashes whenever B is neither 1 nor L: give it its head and query axes "
-                    "first, padding[:, None, None, :], (B, 1, 1, L).",
+                    "first, padding[:, None, None, :], (B, 1, 1, L). Or the heads: multi-head scores must be "
+                    "(B, H, Lq, Lk), the head axis in front of the positions; heads split by a view to "
+                    "(B, L, H, d) alone give scores between heads, (B, L, H, H), which no mask fits.",
     "no_padding": "padding is ignored: key j of sequence b must be hidden when j >= lengths[b].",
     "padding_off_by_one": "the padding is off by one: positions j < lengths[b] are real "
                           "(not j <= lengths[b]).",

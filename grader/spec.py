@@ -36,12 +36,15 @@ class Call:
     """One call ``fn(*args, **kwargs)``; tensors in args go to ``device`` first
     (``"cpu"``, ``"cuda"`` or ``"meta"``). With ``allocations``, the call also
     records the largest floating tensor it creates (:attr:`Outcome.largest`) and the most
-    floating entries alive at once (:attr:`Outcome.peak`)."""
+    floating entries alive at once (:attr:`Outcome.peak`). With ``default_device`` (``"meta"``),
+    the call runs inside ``with torch.device(...)``: a tensor the function makes without
+    ``device=`` lands there, not beside its inputs."""
 
     args: tuple
     kwargs: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     allocations: bool = False
+    default_device: str | None = None
 
 
 @dataclass

@@ -13,10 +13,10 @@ pytest.importorskip("triton")
 
 from buggy import failures, grade  # noqa: E402
 from buggy import kernels as bad  # noqa: E402
-from grader.checks.backward_checks import MISTAKES8  # noqa: E402
 
 from attnmask.kernels import block_sparse_backward, block_sparse_forward  # noqa: E402
 from grader.checks import EXERCISES  # noqa: E402
+from grader.checks.ch8_speed.backward import MISTAKES8  # noqa: E402
 from grader.checks.ch13_kernels import MISTAKES13  # noqa: E402
 from grader.mistakes import MISTAKES  # noqa: E402
 from grader.results import CheckResult, score_of  # noqa: E402

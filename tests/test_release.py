@@ -45,7 +45,7 @@ CONTRACT = [name for names in CHAPTERS.values() for name in names]
 # Names that would be the answer: no exercise function may use them.
 FORBIDDEN = {"attnmask", "scaled_dot_product_attention", "MultiheadAttention",
              "multi_head_attention_forward", "flex_attention", "enable_gqa", "build_alibi_tensor"}
-STUB = re.compile(r"^(?P<name>\w+): (?P<hint>.+) \(see exercise (?P<ch>\d+)\.(?P<m>\d+)\)$")
+STUB = re.compile(r"^(?P<name>\w+): implement it \(see exercise (?P<ch>\d+)\.(?P<m>\d+)\)$")
 
 
 def _read(path: Path) -> nbformat.NotebookNode:
@@ -129,8 +129,8 @@ def test_exercise_stubs_raise_with_a_hint(stem):
         with pytest.raises(NotImplementedError) as info:
             fn(*args)
         found = STUB.match(str(info.value))
-        assert found, f"{stem}: {name} raises {info.value!r}, not '<function>: <hint> (see exercise N.M)'"
-        assert found["name"] == name and found["hint"].strip()
+        assert found, f"{stem}: {name} raises {info.value!r}, not the neutral stub message"
+        assert found["name"] == name
         assert (int(found["ch"]), int(found["m"])) == (chapter, m)
 
 
@@ -214,8 +214,8 @@ def test_strip_solutions_indents_names_and_numbers():
     counter = [0]
     out = release.strip_solutions(SOURCE, 4, counter, "test")
     assert counter == [2]
-    assert '    raise NotImplementedError("f: add one (see exercise 4.1)")' in out.split("\n")
-    assert '            raise NotImplementedError("g: two (see exercise 4.2)")' in out.split("\n")
+    assert '    raise NotImplementedError("f: implement it (see exercise 4.1)")' in out.split("\n")
+    assert '            raise NotImplementedError("g: implement it (see exercise 4.2)")' in out.split("\n")
     assert "return x + y" not in out and "HINT" not in out
     assert '    y = 1' in out
     ast.parse(out)
@@ -224,7 +224,6 @@ def test_strip_solutions_indents_names_and_numbers():
 @pytest.mark.parametrize("bad, why", [
     ("def f():\n    # BEGIN SOLUTION\n    # HINT: h\n    return 1\n", "no '# END SOLUTION'"),
     ("def f():\n    return 1\n    # END SOLUTION\n", "without"),
-    ("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n", "HINT"),
     ("# BEGIN SOLUTION\n# HINT: h\nx = 1\n# END SOLUTION\n", "not inside a def"),
     ("def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n", "nested"),
 ])
@@ -233,13 +232,19 @@ def test_strip_solutions_rejects_bad_markers(bad, why):
         release.strip_solutions(bad, 1, [0], "test")
 
 
-def test_hint_with_quotes_gives_valid_python():
+def test_a_maintainers_hint_line_never_reaches_the_stub():
+    """The stub is read before any hint is opened: it names the task, never the method."""
     src = 'def f():\n    # BEGIN SOLUTION\n    # HINT: use "x" and \\n\n    pass\n    # END SOLUTION'
     out = release.strip_solutions(src, 1, [0], "test")
+    assert "HINT" not in out and "use" not in out
     ns: dict = {}
     exec(out, ns)
-    with pytest.raises(NotImplementedError, match='use "x"'):
+    with pytest.raises(NotImplementedError, match=r"^f: implement it \(see exercise 1\.1\)$"):
         ns["f"]()
+    # A region without a maintainers' note is fine too.
+    src = "def g():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"
+    bare = release.strip_solutions(src, 2, [0], "t")
+    assert 'raise NotImplementedError("g: implement it (see exercise 2.1)")' in bare
 
 
 def test_make_exercise_drops_solution_only_and_outputs():
@@ -283,7 +288,7 @@ def test_plan_and_stale(tmp_path):
     (exe / "ex02_demo.ipynb").write_text(wanted[exe / "ex02_demo.ipynb"])
     assert release.stale(wanted) == []
     # Any edit to the solution makes the exercise stale again.
-    nb.cells[0].source = nb.cells[0].source.replace("add one", "add 1")
+    nb.cells[0].source = nb.cells[0].source.replace("y = 1", "y = 2")
     nbformat.write(nb, sol / "ex02_demo.ipynb")
     assert release.stale(release.plan(sol, exe)) == [exe / "ex02_demo.ipynb"]
 

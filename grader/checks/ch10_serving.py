@@ -31,9 +31,9 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 #: The chapter's classic mistakes, in plain words (one definition each).
 MISTAKES10: dict[str, str] = {
     "image_one_block": "all image tokens of a row form one block, so an image sees the images after it "
-                       "(transformers #38053). Each maximal run of consecutive image tokens is its own "
-                       "block: "
-                       "number the runs (a run starts where an image token follows a text token).",
+                       "(a bug transformers once shipped). Each maximal run of consecutive image tokens is "
+                       "its own block: number the runs (a run starts where an image token follows a text "
+                       "token).",
     "image_keys_only": "text tokens see image tokens after them: the bidirectional part needs both the query "
                        "and the key in the same image block, not only the key.",
     "image_causal": "the image blocks are causal: an image token must see the whole of its own image, the "
@@ -41,13 +41,13 @@ MISTAKES10: dict[str, str] = {
     "image_padding": "padded keys reach the image block: the key padding must apply to the bidirectional "
                      "part too, (causal OR same block) AND real key, not (causal AND real key) OR same "
                      "block.",
-    "image_no_padding": "padding is ignored: a key j with attention_mask[b, j] == 0 must be hidden from "
+    "image_no_padding": "padding is ignored: a key that attention_mask marks as padding must be hidden from "
                         "every query.",
     "slot_as_position": "the slot index is used as a position: slot s of a ring holds the position "
                         "slot_pos[b, s], which is not s once the ring has wrapped. Compare slot_pos with "
                         "q_pos.",
-    "empty_slots": "empty slots (slot_pos = -1) are visible: a slot that holds nothing must be hidden "
-                   "(slot_pos >= 0).",
+    "empty_slots": "empty slots (a negative slot_pos) are visible: a slot that holds nothing must be "
+                   "hidden (only slots with a non-negative slot_pos hold a token).",
     "ring_future": "slots holding positions after the query are visible: a chunk writes all its keys "
                    "before attending, so query p must not see slot positions > p.",
     "ring_no_window": "the window is missing, or taken from the number of slots W: query p may see only "
@@ -55,13 +55,15 @@ MISTAKES10: dict[str, str] = {
     "paged_logical": "logical block p is read as physical block p: the keys of position p are in physical "
                      "block block_table[b, p // S], slot p % S. Gather k_cache[block_table] first.",
     "paged_past_len": "keys past context_lens are visible: slots after a sequence's last token (and blocks "
-                      "the table marks -1) hold stale data. Query i sees positions "
-                      "0 .. context_lens[b] - Lq + i.",
+                      "the table marks as unused) hold stale data. Query i sees the positions "
+                      "up to context_lens[b] - Lq + i.",
     "paged_stale_read": "a slot that holds no token of the sequence reached the output: slots at or past "
-                        "context_lens (and blocks the table marks -1, read as block 0) may hold NaN or inf, "
-                        "and a mask does not stop them, since 0 * NaN is NaN in weights @ values. Skip them: "
-                        "select only positions < context_lens (torch.where(held, keys, 0)) before any "
-                        "arithmetic, as a paged kernel stops reading at context_lens.",
+                        "context_lens (and blocks the table marks as unused, read as the first block) may "
+                        "hold NaN or infinity, and a mask does not stop them, since a zero weight times NaN "
+                        "is NaN "
+                        "in weights @ values. Skip them: select only the positions before context_lens "
+                        "(torch.where on the keys and values) before any arithmetic, as a paged kernel stops "
+                        "reading at context_lens.",
     "paged_no_causal": "the queries see each other's future: query i of Lq sits at position "
                        "context_lens[b] - Lq + i and must not see the later queries' keys.",
     "paged_position_off": "the query positions are off by one: query i of Lq sits at "
@@ -77,7 +79,7 @@ MISTAKES10: dict[str, str] = {
                      "committed keys.",
     "tree_descendants": "the tree is transposed: a token sees its ancestors, not its descendants.",
     "tree_top_left": "the tree is placed before the cache: the draft keys come after the past_len committed "
-                     "keys (columns past_len .. past_len + N - 1).",
+                     "keys (the last N columns).",
 }
 X = MISTAKES10
 
@@ -166,7 +168,7 @@ def image_text_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "no image at all; one token", [Call((no_image, padded(gen, 2, 5, left=True))),
                                                   Call((t([True]), t([1])))], edge=True),
         J.dtypes(R, "returns torch.bool", [Call((img, padded(gen, B, L, left=True)))]),
-        P.on_device(R, "on the inputs' device, vectorised (meta)",
+        *P.device_checks(R, "on the inputs' device, vectorised (meta)",
                     [Call((img, padded(gen, B, L, left=True)), device="meta")]),
         P.unchanged(R, "does not modify is_image or attention_mask",
                     [Call((pad_img, padded(gen, B, L, True)))]),
@@ -242,7 +244,7 @@ def rolling_cache_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         J.values(R, "one query over a ring of exactly `window` slots", [Call((*ring(n, window, 1), window))],
                  edge=True),
         J.dtypes(R, "returns torch.bool", [Call((slot_pos, q_pos, window))]),
-        P.on_device(R, "on the inputs' device, vectorised (meta)",
+        *P.device_checks(R, "on the inputs' device, vectorised (meta)",
                     [Call((slot_pos, q_pos, window), device="meta")]),
         P.unchanged(R, "does not modify slot_pos or q_pos", [Call((slot_pos, q_pos, window))]),
         P.on_cuda(R, "matches on CUDA", [Call((slot_pos, q_pos, window))]),
@@ -278,7 +280,8 @@ def diagnose_paged(args, kwargs, got, index, dtype) -> str | None:
         (X["paged_position_off"], lambda: att((pos[None, None] <= q_pos[:, :, None] + 1)[:, None])),
         (M["no_scale"], lambda: att(causal, scale=1.0)),
         (M["scale_1_over_d"], lambda: att(causal, scale=1.0 / d)),
-        ("the scores are scaled by 1/sqrt(dv), the value width; the scale is 1/sqrt(d), d = q.shape[-1].",
+        ("the scores are scaled by one over sqrt(dv), the value width; the scale is one over sqrt(d), d the "
+         "width of q and k.",
          lambda: att(causal, scale=1 / math.sqrt(v.shape[-1]))),
     ], dtype)
 
@@ -362,7 +365,7 @@ def paged_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                      Call(paged_case(gen, two_keys, Lq, S, stale=math.nan))]),
         J.values(R, "rows whose every score is below -2e9 (a -1e9 fill outweighs them)",
                  [Call(negative_scores(gen, paged_case(gen, lens, Lq, S, d=cases.EXACT_D)))]),
-        P.on_device(R, "on the inputs' device, vectorised (meta)", [Call(case(), device="meta")]),
+        *P.device_checks(R, "on the inputs' device, vectorised (meta)", [Call(case(), device="meta")]),
         P.unchanged(R, "does not modify the inputs", [Call(case())]),
         P.on_cuda(R, "matches on CUDA", [Call(case()), Call(case(F16))]),
         J.values(R, "NaN and inf in the slots that hold no token (stale slots, unused blocks)",
@@ -441,7 +444,7 @@ def tree_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "one draft token; a plain chain", [Call((t(-1), past)), Call((t(-1, 0, 1, 2), 1))],
                  edge=True),
         J.dtypes(R, "returns torch.bool", [Call((tree, past))]),
-        P.on_device(R, "on parents' device, vectorised (meta)", [Call((tree, past), device="meta")]),
+        *P.device_checks(R, "on parents' device, vectorised (meta)", [Call((tree, past), device="meta")]),
         P.unchanged(R, "does not modify parents", [Call((tree, past))]),
         P.on_cuda(R, "matches on CUDA", [Call((tree, past))]),
     ]

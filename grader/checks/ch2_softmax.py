@@ -40,11 +40,12 @@ def diagnose_additive(args, kwargs, got, index, dtype) -> str | None:
         (M["zero_times_inf"], lambda: fill(float("nan"), -inf)),
         (M["inverted"], lambda: fill(-inf, 0.0)),
         (M["inverted"], lambda: fill(lowest, 0.0)),
-        ("this is a multiplicative 0/1 mask: an additive mask is 0 where attention is allowed and "
-         "-inf where it is blocked, so that softmax(scores + bias) ignores blocked keys.",
+        ("this is a multiplicative mask of ones and zeros: an additive mask is zero where attention is "
+         "allowed and −∞ where it is blocked, so that softmax(scores + bias) ignores blocked keys.",
          lambda: fill(1.0, 0.0)),
-        *[(f"blocked positions hold {v:g}, which is not negative enough: use -inf or at most "
-           f"torch.finfo({dg.dtype_str(target)}).min = {lowest:.4g}, so that no real score can outweigh it.",
+        *[("blocked positions hold a finite value that is not negative enough: use −∞ or at most "
+           "torch.finfo(dtype).min, the most negative number of the bias's dtype, so that no real score "
+           "can outweigh it.",
            lambda v=v: fill(0.0, v).to(target).double())
           for v in (-1e4, -1e5, -1e9, -65504.0, -1e30) if float(torch.tensor(v).to(target)) > lowest],
     ], target)
@@ -78,7 +79,7 @@ def to_additive_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((m(B, 1, Lq, Lk),)), Call((m(Lq, Lk),), {"dtype": BF16}),
                   Call((m(B, 1, 1, Lk),), {"dtype": F16})]),
         J.dtypes(R, "returns the requested dtype", [Call((m(Lq, Lk),), {"dtype": d}) for d in cases.FLOATS]),
-        P.on_device(R, "stays on the mask's device (meta)",
+        *P.device_checks(R, "stays on the mask's device (meta)",
                     [Call((m(B, 1, Lq, Lk),), {"dtype": F16}, "meta"), Call((m(Lq, Lk),), device="meta")]),
         P.unchanged(R, "does not modify the mask", [Call((m(Lq, Lk),))]),
         P.on_cuda(R, "matches on CUDA", [Call((m(B, 1, Lq, Lk),), {"dtype": F16})]),
@@ -142,6 +143,15 @@ SOFTMAX = J.Recipe("masked_softmax", am.masked_softmax, ("scores", "mask"),
                    (J.Out("weights", "number", "(..., Lq, Lk)"),), diagnose_softmax)
 
 
+def lowest_allowed(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scores, mask)`` with every allowed score of every other row at float32's lowest finite value
+    (finite, as the contract asks): the row's weights are uniform over its allowed keys, and a fill of
+    ``torch.finfo(torch.float32).min`` makes its blocked keys tie with them."""
+    low = torch.finfo(torch.float32).min
+    rows = (torch.arange(scores.shape[-2]) % 2 == 0)[:, None]  # (Lq, 1)
+    return torch.where(rows & mask, low, scores), mask
+
+
 @exercise(3.0, "masked_softmax(scores, mask): softmax over the last dim with the bool mask applied "
           "before normalising; fully masked rows give zeros, never NaN.")
 def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -177,6 +187,9 @@ def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "scores of ±1e10, and rows whose every score is about -1e10",
                  [Call((cases.exact_scores(gen, B, H, Lq, Lk, kind="huge"), full())),
                   Call((cases.exact_scores(gen, B, H, Lq, Lk, kind="negative"), full()))]),
+        # a finfo(float32).min fill ties with allowed scores at float32's lowest: blocked keys take weight
+        J.values(R, "allowed scores at float32's lowest beside blocked keys",
+                 [Call(lowest_allowed(s(), full()))]),
         J.dtypes(R, "keeps the scores' dtype", [Call((s(d), full())) for d in cases.FLOATS]),
         P.gradients(R, "finite gradients, match reference",
                     [Call((s(), cases.two_keys_or_none(full()))),
@@ -185,7 +198,7 @@ def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         P.on_cuda(R, "matches on CUDA", [Call((s(F16), full())), Call((s(), keys()))]),
         J.values(R, "large scores at blocked keys (≈ +1e4), with a fully masked row",
                  [Call(large_blocked(s(), full())), Call(large_blocked(s(F16), full()))]),
-        P.on_device(R, "runs on the inputs' device (meta)", [Call((s(), full()), device="meta")],
+        *P.device_checks(R, "runs on the inputs' device (meta)", [Call((s(), full()), device="meta")],
                     vectorised=False),
     ]
 
@@ -325,7 +338,7 @@ def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         P.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), full())), Call((*qkv(), keys()))]),
         J.values(R, "large scores at blocked keys, with a fully masked row",
                  [Call(large_blocked_qkv(*qkv(), keys())), Call(large_blocked_qkv(*qkv(), keys()))]),
-        P.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
+        *P.device_checks(R, "mask omitted or given: made on the inputs' device (meta)",
                     [Call(qkv(), device="meta"), Call((*qkv(), full()), device="meta")], vectorised=False),
     ]
 

@@ -98,7 +98,7 @@ def encoder_decoder_masks_checks(seed: int = 0, hidden: bool = True) -> list[Che
         J.values(R, "one source and one target token",
                  [Call((torch.tensor([1, 0]), torch.tensor([1, 1]), 1, 1))], edge=True),
         J.dtypes(R, "returns torch.bool masks", [one]),
-        P.on_device(R, "on lengths' device, vectorised (meta)", [Call(one.args, device="meta")]),
+        *P.device_checks(R, "on lengths' device, vectorised (meta)", [Call(one.args, device="meta")]),
         P.unchanged(R, "does not modify the lengths", [one]),
         P.on_cuda(R, "matches on CUDA", [one]),
     ]
@@ -116,6 +116,16 @@ def wrong_merge(x: torch.Tensor) -> torch.Tensor:
     """(B, H, L, d) -> (B, L, D) without moving the head axis back first."""
     B, H, L, d = x.shape
     return x.reshape(B, L, H * d)
+
+
+#: The head split and merge both done by a bare reshape: every shape is right, the heads are not. The mask is
+#: not the problem, so the padding and future properties name this before they blame the mask.
+HEADS_UNMOVED = ("the heads are split and merged by a bare reshape between (B, L, D) and (B, H, L, d): the "
+                 "shapes "
+                 "are right but head h then holds a block of positions, not the h-th group of d features of "
+                 "every position, so positions leak into each other whatever the mask. Split the last axis "
+                 "into (H, d) first, then move the head axis in front of the positions; merge in the reverse "
+                 "order.")
 
 
 def mha_variant(x_q, x_kv, w_q, w_k, w_v, w_o, H, mask=None, *, scale=None, lin=None,
@@ -138,9 +148,12 @@ def mha_mistakes(x_q, x_kv, w_q, w_k, w_v, w_o, H, mask=None) -> list[dg.Candida
         ("the weights are applied as x @ w; the contract applies them as x @ w.T (like nn.Linear).",
          lambda: mha_variant(*ws, mask, lin=lambda x, w: x @ w)),
         ("the heads are split with a bare view(B, H, L, d): that mixes positions into heads. Use "
-         "view(B, L, H, d).transpose(1, 2).", lambda: mha_variant(*ws, mask, split=wrong_split)),
-        ("the heads are merged without moving the head axis back: use out.transpose(1, 2).reshape(B, L, D) "
-         "before the output projection.", lambda: mha_variant(*ws, mask, merge=wrong_merge)),
+         "a view to (B, L, H, d), then move the head axis in front of the positions.",
+         lambda: mha_variant(*ws, mask, split=wrong_split)),
+        ("the heads are merged without moving the head axis back: move it behind the positions again, then "
+         "reshape to (B, L, D), before the output projection.",
+         lambda: mha_variant(*ws, mask, merge=wrong_merge)),
+        (HEADS_UNMOVED, lambda: mha_variant(*ws, mask, split=wrong_split, merge=wrong_merge)),
         ("the output projection w_o is missing: return merged_heads @ w_o.T.",
          lambda: mha_variant(*ws, mask, project_out=False)),
     ]
@@ -258,7 +271,7 @@ def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         J.values(R, "fully masked query rows → zero output", [call(mask="empty"), call(BF16, mask="empty")]),
         J.values(R, "large scores at padded keys", [loud_padding(call(mask="padded"))]),
         P.gradients(R, "finite gradients with a fully masked row", [call(mask="empty")]),
-        P.on_device(R, "mask omitted or given: made on the inputs' device (meta)",
+        *P.device_checks(R, "mask omitted or given: made on the inputs' device (meta)",
                     [meta(call(mask=None)), meta(call(mask="keys"))], vectorised=False),
     ]
 

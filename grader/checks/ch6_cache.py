@@ -24,20 +24,21 @@ def cache_mistakes(q, k_new, v_new, k_cache, v_cache, index) -> list[dg.Candidat
     n, T, d = q.shape[2], k_cache.shape[2], q.shape[-1]
     k_all, v_all = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
     if index > 0:
-        return [("the cache goes first: k_all = cat(k_cache, k_new, dim=2), so positions stay in order.",
+        return [("the cache goes first: k_all is the cache followed by the new keys along the positions "
+                 "axis, so positions stay in order.",
                  lambda: (None, torch.cat([k_new, k_cache], 2), torch.cat([v_new, v_cache], 2)))]
     causal = am.causal_mask(n, n_keys=T + n)  # (n, T + n), bottom-right
     att = lambda mask, **kw: am.attention(q, k_all, v_all, mask, **kw)[0]  # noqa: E731
     return [
         (M["top_left"], lambda: att(am.causal_mask(n, n_keys=T + n, align="top_left"))),
-        ("the new tokens see each other's future: with n > 1 new tokens, query i may see keys 0 .. T + i "
-         "only (a causal mask aligned bottom-right).", lambda: att(None)),
+        ("the new tokens see each other's future: with several new tokens, query i may see the keys up to "
+         "T + i only (a causal mask aligned bottom-right).", lambda: att(None)),
         ("the cache is ignored: the new queries must attend to the cached keys too (cat them first).",
          lambda: am.attention(q, k_new, v_new, am.causal_mask(n))[0]),
         (M["inverted"], lambda: att(~causal)),
         (M["no_scale"], lambda: att(causal, scale=1.0)),
         (M["scale_1_over_d"], lambda: att(causal, scale=1.0 / d)),
-        ("the scale is off: use 1/sqrt(d), the width of one head.",
+        ("the scale is off: use one over sqrt(d), d the width of one head.",
          lambda: att(causal, scale=1 / math.sqrt(T + n))),
         (M["global_max"], lambda: global_max(q @ k_all.mT / math.sqrt(d), causal).nan_to_num(0.0) @ v_all),
     ]
@@ -120,7 +121,8 @@ def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]
         J.dtypes(R, "keeps the inputs' dtype", [Call(qkv(gen, B, H, n, T, d, dt)) for dt in cases.FLOATS]),
         P.gradients(R, "finite gradients, match reference", [Call(qkv(gen, B, H, n, T, d))]),
         P.unchanged(R, "does not modify inputs", [Call(qkv(gen, B, H, n, T, d))]),
-        P.on_device(R, "runs on the inputs' device (meta)", [Call(qkv(gen, B, H, n, T, d), device="meta")]),
+        *P.device_checks(R, "runs on the inputs' device (meta)",
+                         [Call(qkv(gen, B, H, n, T, d), device="meta")]),
         P.on_cuda(R, "matches on CUDA", [Call(qkv(gen, B, H, n, T, d, F16)), Call(qkv(gen, B, H, n, 0, d))]),
         J.values(R, "large scores at the future new keys", [Call(loud_future(*qkv(gen, B, H, n, T, d)))]),
         J.values(R, "rows whose every score is below -2e9 (a -1e9 fill outweighs them)",

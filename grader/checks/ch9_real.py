@@ -30,50 +30,55 @@ LONG = lambda a, k: torch.long  # noqa: E731
 
 #: The chapter's classic mistakes, in plain words (one definition each).
 MISTAKES9: dict[str, str] = {
-    "counts_padding": "the position ids count the padding: a row's first real token is position 0, as if "
-                      "the row were alone. Count real tokens only: keep.long().cumsum(-1) - 1.",
-    "positions_from_1": "the position ids start at 1: the first real token is position 0 (cumsum - 1).",
-    "padding_not_zero": "padding positions must be 0: cumsum - 1 leaves -1 before the first real token. "
-                        "Use .masked_fill(~keep, 0).",
+    "counts_padding": "the position ids count the padding: a row's first real token is position zero, as "
+                      "if the row were alone. Count the real tokens only: a running count of keep along the "
+                      "row, minus one.",
+    "positions_from_1": "the position ids start at one: the first real token is position zero (the running "
+                        "count of real tokens, minus one).",
+    "padding_not_zero": "padding positions must be zero: the running count minus one leaves minus one before "
+                        "the first real token. Fill the padding with zero (masked_fill where keep is False).",
     "pads_subtracted": "the positions are arange(L) minus the number of padding tokens: that numbers the "
                        "real tokens right only when all the padding is on the left, and it gives the padding "
-                       "itself negative positions. Count the real tokens, keep.long().cumsum(-1) - 1, and "
-                       "put 0 at padding.",
+                       "itself negative positions. Count the real tokens (a running count of keep along the "
+                       "row, minus one) and put zero at padding.",
     "not_restarted": "the position ids do not restart at each row: the count runs across the batch. "
-                     "Count along each row, cumsum(dim=-1).",
-    "not_shifted": "the labels are not shifted: position t is trained to predict the *next* token, "
-                   "labels[b, t] = tokens[b, t + 1].",
-    "shifted_back": "the labels are shifted the wrong way: labels[b, t] = tokens[b, t + 1], "
-                    "not tokens[b, t - 1].",
+                     "Count along each row: a cumulative sum over the last axis.",
+    "not_shifted": "the labels are not shifted: position t is trained to predict the *next* token, so its "
+                   "label is the token at the next position.",
+    "shifted_back": "the labels are shifted the wrong way: the label of position t is the token at the next "
+                    "position, not the previous one.",
     "cross_document": "the labels leak across documents: the last token of a document must not learn to "
                       "predict the first token of the next one. Put ignore_index wherever "
-                      "doc_ids[b, t + 1] != doc_ids[b, t].",
+                      "the next position's doc_id differs from this one's.",
     "border_late": "ignore_index sits one position late: it belongs at the last token of a document (whose "
                    "next token starts another), not at the first token of the next document.",
-    "ids_step": "a document ends wherever doc_ids changes, by any amount: ids may jump from 3 to 7. Compare "
-                "doc_ids[b, t + 1] != doc_ids[b, t], not their difference with 1.",
+    "ids_step": "a document ends wherever doc_ids changes, by any amount: ids may skip values. Compare each "
+                "id with the next one for inequality, not their difference with one.",
     "last_column": "the last column must be ignore_index: there is no next token to predict "
                    "(torch.roll wraps the first token around).",
-    "ignore_constant": "ignore_index is ignored: fill with the argument, not the constant -100.",
-    "gqa_repeat": "key/value heads are tiled (0 1 0 1 ...), as .repeat does: query head h must use key/value "
-                  "head h // G, i.e. k.repeat_interleave(G, dim=1) (0 0 1 1 ...).",
-    "scale_dv": "the scores are scaled by 1/sqrt(dv), the value width; the scale is 1/sqrt(d), "
-                "d = q.shape[-1].",
+    "ignore_constant": "ignore_index is ignored: fill with the argument, not PyTorch's default constant.",
+    "gqa_repeat": "key/value heads are tiled (first, second, first, second, ...), as .repeat does: query "
+                  "head h must use key/value head h // G, each key/value head repeated G times in place "
+                  "(first, first, second, second, ...: repeat_interleave over the head axis).",
+    "scale_dv": "the scores are scaled by one over sqrt(dv), the value width; the scale is one over sqrt(d), "
+                "d the width of q and k.",
     "alibi_top_left": "the ALiBi bias is aligned top-left: with Lk > Lq (a KV cache), query i sits at "
-                      "position Lk - Lq + i: it sees keys 0 .. Lk - Lq + i, and distances count from there.",
+                      "position Lk - Lq + i: it sees the keys up to Lk - Lq + i, and distances count from "
+                      "there.",
     "alibi_slopes_pow2": "the slopes are wrong when n_heads is not a power of two: take the slopes of m = "
                          "the largest power of two below n_heads, then the first n_heads - m of the "
-                         "even-indexed slopes of 2m (2^(-8/(2m)), 2^(-24/(2m)), ...).",
-    "alibi_odd_slopes": "the extra slopes come from the odd indices of 2m's slopes ([1::2]): those are "
-                        "2^(-16/(2m)), 2^(-32/(2m)), ..., the slopes of m over again. Take the even indices, "
-                        "[0::2] (counting from 0): 2^(-8/(2m)), 2^(-24/(2m)), ...",
+                         "even-indexed slopes of 2m, counting from zero (the ones that fall between m's).",
+    "alibi_odd_slopes": "the extra slopes come from the odd indices of 2m's slopes: those are the slopes of "
+                        "m over again. Take the even indices, counting from zero: the slopes of 2m that fall "
+                        "between m's.",
     "alibi_sign": "the bias has the wrong sign: farther keys must score *lower*, -slope_h * (pos_q - j).",
-    "alibi_not_causal": "the future is not masked: keys j > pos_q must be -inf (this ALiBi bias is causal).",
+    "alibi_not_causal": "the future is not masked: keys j > pos_q must be −∞ (this ALiBi bias is causal).",
     "alibi_key_form": "the bias is slope_h * j (BLOOM's form), which differs from the contract by a constant "
                       "per row: equal after the softmax, but the contract asks for -slope_h * (pos_q - j), "
-                      "0 on the diagonal.",
-    "alibi_reversed": "the slopes are in reverse order: head 0 gets the largest slope, 2^(-8/n).",
-    "alibi_finite": "blocked entries must be -inf, not a large finite number.",
+                      "zero on the diagonal.",
+    "alibi_reversed": "the slopes are in reverse order: the first head must get the largest slope, the last "
+                      "the smallest.",
+    "alibi_finite": "blocked entries must be −∞, not a large finite number.",
 }
 X = MISTAKES9
 
@@ -137,7 +142,7 @@ def left_padding_position_ids_checks(seed: int = 0, hidden: bool = True) -> list
         J.values(R, "a row of padding only; one token", [Call((edge,)), Call((rows([1]),)),
                                                          Call((left_padded(gen, 2, 5),))]),
         J.dtypes(R, "returns int64", [Call((keep,))]),
-        P.on_device(R, "on keep's device, vectorised (meta)", [Call((keep,), device="meta")]),
+        *P.device_checks(R, "on keep's device, vectorised (meta)", [Call((keep,), device="meta")]),
         P.unchanged(R, "does not modify keep", [Call((keep,))]),
         P.on_cuda(R, "matches on CUDA", [Call((anywhere,))]),
     ]
@@ -220,7 +225,7 @@ def packed_labels_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((tok(2, 5), torch.tensor([[2] * 5, [7] * 5]))), Call((tok(2, 4), singles)),
                   Call((tok(1, 1), torch.tensor([[0]])))]),
         J.dtypes(R, "returns int64", [Call((tok(), ids))]),
-        P.on_device(R, "on tokens' device, vectorised (meta)",
+        *P.device_checks(R, "on tokens' device, vectorised (meta)",
                     [Call((tok(), ids), device="meta"), Call((tok(), ids, -1), device="meta")]),
         P.unchanged(R, "does not modify tokens or doc_ids", [Call((tok(), ids))]),
         P.on_cuda(R, "matches on CUDA", [Call((tok(), ids))]),
@@ -296,7 +301,7 @@ def gqa_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                     [Call((*qkv(), cases.two_keys_or_none(heads()))),
                      Call((*qkv(hkv=1), cases.two_keys_or_none(square())))]),
         J.dtypes(R, "keeps the inputs' dtype", [Call((*qkv(dt), square())) for dt in cases.FLOATS]),
-        P.on_device(R, "on the inputs' device (meta), with and without a mask",
+        *P.device_checks(R, "on the inputs' device (meta), with and without a mask",
                     [Call((*qkv(), shared()), device="meta"), Call(qkv(), device="meta")]),
         P.unchanged(R, "does not modify inputs", [Call((*qkv(), heads()))]),
         P.on_cuda(R, "matches on CUDA", [Call((*qkv(F16), heads())), Call(qkv())]),

@@ -7,6 +7,7 @@ trusted process never touch the student's objects.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sysconfig
@@ -175,13 +176,15 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     before = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args)
     requires = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     watch = Allocations() if call.allocations else None
+    default = torch.device(call.default_device) if call.default_device else contextlib.nullcontext()
     t0 = time.perf_counter()
     try:
-        if watch is None:
-            result = fn(*args, **kwargs)
-        else:
-            with watch:
+        with default:
+            if watch is None:
                 result = fn(*args, **kwargs)
+            else:
+                with watch:
+                    result = fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 -- a student's SystemExit is an outcome too
         return Outcome(error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0,
                        where=_where(e.__traceback__))

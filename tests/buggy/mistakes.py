@@ -360,6 +360,32 @@ def mha_no_transpose(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
     return _mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask, lin=lambda x, w: x @ w)
 
 
+def mha_heads_reshaped(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    """The head split and merge both a bare reshape (B, L, D) <-> (B, H, L, d): every shape right."""
+    B, Lq, D = x_q.shape
+    Lk = x_kv.shape[1]
+    d = D // n_heads
+    q = (x_q @ w_q.T).reshape(B, n_heads, Lq, d)
+    k = (x_kv @ w_k.T).reshape(B, n_heads, Lk, d)
+    v = (x_kv @ w_v.T).reshape(B, n_heads, Lk, d)
+    out, _ = ok.attention(q, k, v, mask)
+    return out.reshape(B, Lq, D) @ w_o.T
+
+
+def mha_heads_not_moved(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    """Heads split by a view to (B, L, H, d) and never moved in front of the positions."""
+    B, Lq, D = x_q.shape
+    Lk = x_kv.shape[1]
+    d = D // n_heads
+    q = (x_q @ w_q.T).view(B, Lq, n_heads, d)
+    k = (x_kv @ w_k.T).view(B, Lk, n_heads, d)
+    v = (x_kv @ w_v.T).view(B, Lk, n_heads, d)
+    if mask is None:
+        mask = torch.ones(Lq, Lk, dtype=torch.bool, device=x_q.device)
+    out = ok.masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(d), mask) @ v
+    return out.reshape(B, Lq, D) @ w_o.T
+
+
 def mha_bad_split(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
     B, Lq, D = x_q.shape
     Lk = x_kv.shape[1]
@@ -565,6 +591,7 @@ BUGS: list[Bug] = [
     Bug("multi_head_attention", mha_scale_sqrt_D, "scale_sqrt_D"),
     Bug("multi_head_attention", mha_no_transpose, "x @ w.T"),
     Bug("multi_head_attention", mha_bad_split, "bare view"),
+    Bug("multi_head_attention", mha_heads_reshaped, "split and merged by a bare reshape"),
     Bug("multi_head_attention", mha_causal_leak, "future_leak"),
     Bug("kv_cache_attention", cache_top_left, "top_left"),
     Bug("kv_cache_attention", cache_no_mask, "each other's future"),
@@ -641,7 +668,7 @@ BUGS: list[Bug] = [
     Bug("paged_attention", sv.paged_whole_blocks, "paged_past_len"),
     Bug("paged_attention", sv.paged_no_causal, "paged_no_causal"),
     Bug("paged_attention", sv.paged_position_off, "paged_position_off"),
-    Bug("paged_attention", sv.paged_scale_dv, "1/sqrt(dv)"),
+    Bug("paged_attention", sv.paged_scale_dv, "one over sqrt(dv)"),
     Bug("paged_attention", sv.paged_detached, "no gradient reaches k_cache"),
     Bug("tree_mask", sv.tree_siblings, "tree_siblings"),
     Bug("tree_mask", sv.tree_chain, "tree_chain"),
@@ -703,6 +730,7 @@ BUGS: list[Bug] = [
     Bug("topk_selection_mask", md.sel_ties_high, "sel_ties"),
     Bug("topk_selection_mask", md.sel_nan_selected, "sel_nan"),
     Bug("topk_selection_mask", md.sel_topk_fills, "sel_future"),
+    Bug("topk_selection_mask", md.sel_blocked_make_up_k, "sel_future"),
     Bug("topk_selection_mask", md.sel_ignores_causal, "sel_not_causal"),
     Bug("topk_selection_mask", md.sel_no_check, "must raise ValueError"),
     Bug("block_diffusion_mask", md.bd_own_clean, "bd_own_clean"),
@@ -713,6 +741,7 @@ BUGS: list[Bug] = [
     Bug("block_diffusion_mask", md.bd_no_check, "must raise ValueError"),
     Bug("decay_mask", md.decay_cumsum_diff, "decay_cumsum"),
     Bug("decay_mask", md.decay_cumsum_ratio, "decay_cumsum"),
+    Bug("decay_mask", md.decay_diff_filled, "decay_grad_overflow"),
     Bug("decay_mask", md.decay_off_by_one, "decay_range"),
     Bug("decay_mask", md.decay_no_docs, "decay_no_docs"),
     Bug("decay_mask", md.decay_transposed, "decay_transposed"),

@@ -130,6 +130,18 @@ def sel_topk_fills(index_scores, k, *, causal=True):
         & ~torch.isnan(index_scores)
 
 
+def sel_blocked_make_up_k(index_scores, k, *, causal=True):
+    """Blocked keys (future and NaN) filled with -inf and sorted last: a query that sees fewer than k
+    keys takes blocked ones, the lowest indices first, to make up k."""
+    if k < 1:
+        raise ValueError("k >= 1")
+    keep = _positions(index_scores, causal) & ~torch.isnan(index_scores)
+    order = torch.sort(index_scores.masked_fill(~keep, NINF), dim=-1, descending=True, stable=True).indices
+    picked = order[..., : min(k, index_scores.shape[-1])]
+    chosen = torch.zeros(index_scores.shape, dtype=torch.bool, device=index_scores.device)
+    return chosen.scatter(-1, picked, True)
+
+
 def sel_ignores_causal(index_scores, k, *, causal=True):
     return ok.topk_selection_mask(index_scores, k, causal=False)
 
@@ -201,6 +213,12 @@ def decay_cumsum_diff(log_gates, doc_ids=None):
     c = log_gates.float().cumsum(-1)  # (B, L)
     d = torch.exp(c[:, :, None] - c[:, None, :])  # -inf - (-inf) after a closed gate
     return torch.where(_keep(log_gates, doc_ids), d, torch.zeros_like(d))
+
+
+def decay_diff_filled(log_gates, doc_ids=None):
+    """exp(c_i - c_j), the cells that must be 0 filled after the exp: D right, its backward NaN (0 * inf)."""
+    c = log_gates.float().cumsum(-1)  # (B, L)
+    return torch.exp(c[:, :, None] - c[:, None, :]).masked_fill(~_keep(log_gates, doc_ids), 0.0)
 
 
 def decay_cumsum_ratio(log_gates, doc_ids=None):

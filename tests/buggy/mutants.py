@@ -191,3 +191,90 @@ MUTANTS = [
     ("attention_lse", lse_half_precision),
     ("multi_head_attention", mha_wrong_dim_unmasked),
 ]
+
+
+# ----------------------------------------------------------------- issue 46 item 5 (chapters 2, 5, 9, 10, 12)
+
+def masked_softmax_fill_lowest(scores, mask):
+    """torch.finfo(float32).min for -inf: allowed scores at that value tie with the blocked keys."""
+    return _softmax_fill(scores, mask, torch.finfo(torch.float32).min)
+
+
+def _sink(q, k, v, sinks, mask, *, fill=float("-inf"), sink_in_max=True, work=torch.float32):
+    s = (q.to(work) @ k.to(work).transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, fill)
+    sink = sinks.to(work).view(-1, 1)
+    m = s.amax(dim=-1)
+    m = torch.maximum(m, sink) if sink_in_max else torch.where(torch.isfinite(m), m, sink)
+    m = m.detach()
+    e = torch.exp(s - m[..., None])
+    total = torch.exp(sink - m) + e.sum(dim=-1)
+    return (e / total[..., None] @ v.to(work)).to(q.dtype)
+
+
+def sink_fill_1e9(q, k, v, sinks, mask=None):
+    return _sink(q, k, v, sinks, mask, fill=-1e9)
+
+
+def sink_fill_lowest(q, k, v, sinks, mask=None):
+    return _sink(q, k, v, sinks, mask, fill=torch.finfo(torch.float32).min)
+
+
+def sink_max_without_sink(q, k, v, sinks, mask=None):
+    """The running max over the allowed scores only (the sink where a row has none): a sink far above
+    every score overflows exp(sink - m)."""
+    return _sink(q, k, v, sinks, mask, sink_in_max=False)
+
+
+def sink_softmax_in_half(q, k, v, sinks, mask=None):
+    """Scores and softmax in the inputs' dtype: bfloat16 or float16 rounds scores near 1e3 by units."""
+    return _sink(q, k, v, sinks, mask, work=q.dtype)
+
+
+def topk_on_default_device(index_scores, k, *, causal=True):
+    """The correct ranking, with its positions made by torch.arange(Lk) on the default device."""
+    if k < 1:
+        raise ValueError("k >= 1")
+    _, Lq, Lk = index_scores.shape
+    visible = ~torch.isnan(index_scores)
+    if causal:
+        p = (Lk - Lq + torch.arange(Lq))[:, None].to(index_scores.device)
+        visible = visible & (torch.arange(Lk).to(index_scores.device) <= p)
+    s = index_scores.masked_fill(~visible, float("-inf"))
+    order = torch.sort(s, dim=-1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(Lk).expand_as(order))
+    return visible & (rank < k)
+
+
+def bd_refuses_one(L, block, *, device=None):
+    if L < 2:
+        raise ValueError("L >= 2")
+    return ok.block_diffusion_mask(L, block, device=device)
+
+
+def bd_accepts_zero(L, block, *, device=None):
+    if L == 0 and block >= 1:
+        return torch.zeros(0, 0, dtype=torch.bool, device=device)
+    return ok.block_diffusion_mask(L, block, device=device)
+
+
+def mha_on_default_device(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    """The mask made for mask=None by torch.ones on the default device."""
+    if mask is None:
+        mask = torch.ones(x_q.shape[1], x_kv.shape[1], dtype=torch.bool)
+    return ok.multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask)
+
+
+#: Issue 46 item 5's classes in chapters 2, 5, 9, 10 and 12: (exercise, mutant), each caught at every seed.
+CLASSES_46 = [
+    ("masked_softmax", masked_softmax_fill_lowest),
+    ("sink_attention", sink_fill_1e9),
+    ("sink_attention", sink_fill_lowest),
+    ("sink_attention", sink_max_without_sink),
+    ("sink_attention", sink_softmax_in_half),
+    ("topk_selection_mask", topk_on_default_device),
+    ("block_diffusion_mask", bd_refuses_one),
+    ("block_diffusion_mask", bd_accepts_zero),
+    ("multi_head_attention", mha_on_default_device),
+]

@@ -26,7 +26,7 @@ from ...spec import Call, Check, exercise
 from ..common import judges as J
 from ..common import properties as P
 from ..common.inputs import exact_qkv, qkv
-from .inputs import among, big_scores, closed, docs, gates, sinks_of, tied, with_nan
+from .inputs import among, big_scores, closed, docs, gates, low_sinks, sinks_of, tied, with_nan
 
 M = MISTAKES
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -42,12 +42,12 @@ MISTAKES12: dict[str, str] = {
                   "value.",
     "sink_not_exp": "the sink is added to the denominator as it is: it is a logit, so the denominator"
                     " gains exp(sink_h - m), like any score.",
-    "sink_max": "a fully masked row gives NaN: its maximum over the allowed scores is -inf, and "
-                "exp(sink - (-inf)) is inf. Take m over the allowed scores and the sink: m is then "
-                "finite, the sink takes all the weight and the row's output is 0.",
-    "sink_half": "the softmax ran in half precision: float16 rounds a score near 1e3 by up to 0.25, "
-                 "which moves its weight by a quarter. Compute scores and softmax in float32, cast "
-                 "the result back.",
+    "sink_max": "a fully masked row gives NaN: its maximum over the allowed scores is −∞, and "
+                "exp(sink − (−∞)) is infinite. Take m over the allowed scores and the sink: m is then "
+                "finite, the sink takes all the weight and the row's output is zero.",
+    "sink_half": "the softmax ran in half precision: it rounds a score near a thousand by up to a quarter, "
+                 "which moves that key's weight by about a quarter. Compute scores and softmax in single "
+                 "precision, cast the result back.",
     "sel_top_left": "query i is placed at position i: the queries are the last Lq of the Lk "
                     "positions, query i at Lk - Lq + i (bottom-right), so a decoding query sees every"
                     " key.",
@@ -70,13 +70,20 @@ MISTAKES12: dict[str, str] = {
     "bd_no_context": "noisy tokens do not see the clean tokens of earlier blocks: those are the "
                      "context each block is denoised from.",
     "decay_cumsum": "NaN where D has a value: D came from exp of a cumulative sum (exp(c_i) / "
-                    "exp(c_j), or exp(c_i - c_j)). On a long sequence exp(c) underflows to 0 and "
-                    "gives 0/0; a closed gate (log a = -inf) gives -inf - (-inf). Sum each range t = "
-                    "j+1 .. i directly (a cumulative sum down each column of a masked (L, L) copy of "
-                    "the gates), then exp.",
-    "decay_range": "the sum runs over the wrong range: D[i, j] multiplies the gates of positions j+1 "
-                   ".. i, so D[i, i] = 1 and D[i, i-1] = a_i.",
-    "decay_no_docs": "the documents are not reset: D must be 0 between positions of different "
+                    "exp(c_j), or exp(c_i − c_j)). On a long sequence exp(c) underflows to zero and "
+                    "gives zero over zero; a closed gate (log a = −∞) gives −∞ − (−∞). Sum the gates of "
+                    "each range, the positions after j up to i, directly (a cumulative sum down each "
+                    "column of a masked (L, L) copy of the gates), then exp.",
+    "decay_grad_overflow": "no softmax here: the NaN comes from exp. If D is exp of a difference of "
+                           "cumulative sums, exp(c_i − c_j), the cells then set to zero (above the "
+                           "diagonal, across documents) hold a positive c_i − c_j, large on a long sequence: "
+                           "exp overflows to infinity there. Setting them to zero afterwards hides it in D, "
+                           "not in the backward pass, where zero times infinity is NaN. Sum each range (the "
+                           "positions after j up to i) directly, and put −∞ in the cells that must be zero "
+                           "before the exp, never after.",
+    "decay_range": "the sum runs over the wrong range: D[i, j] multiplies the gates of the positions after "
+                   "j up to i, so the diagonal is one and the entry just left of it is a_i.",
+    "decay_no_docs": "the documents are not reset: D must be zero between positions of different "
                      "documents (the state starts again at each border).",
     "decay_transposed": "D is transposed: D[b, i, j] is the decay from key j to query i >= j (lower "
                         "triangle).",
@@ -160,6 +167,8 @@ def sink_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     Lq, Lk = cases.integer(gen, 3, 5), cases.integer(gen, 6, 10)
     x = lambda dtype=F32, scale=1.0: (*qkv(gen, B, H, Lq, Lk, d, dv, dtype, scale), sinks_of(gen, H))  # noqa: E731
     per_head = lambda: with_empty_row(cases.random_mask(gen, B, H, Lq, Lk), gen)  # noqa: E731
+    # query 0 of every head sees no key: each head's sink meets a fully masked row
+    empty_in_every_head = lambda: per_head() & (torch.arange(Lq) != 0)[:, None]  # noqa: E731
     keys = (torch.arange(Lk) < cases.lengths(gen, B, Lk)[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
     far = torch.tensor([float(cases.integer(gen, 20, 40)), -float(cases.integer(gen, 20, 40))]).repeat(H)[:H]
     return checks + [
@@ -175,12 +184,23 @@ def sink_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "float16 with scores near ±1e3 (softmax in float32)",
                  [Call((*big_scores(gen, B, H, Lq, Lk, d, dv, F16), sinks_of(gen, H, scale=100.0),
                         per_head()))]),
+        J.values(R, "bfloat16 with scores near ±1e3 (softmax in float32)",
+                 [Call((*big_scores(gen, B, H, Lq, Lk, d, dv, BF16), sinks_of(gen, H, scale=100.0),
+                        per_head()))]),
+        # fills that stand in for -inf: a fully masked row beside a sink below -1e9 (or at float32's lowest)
+        # must still give 0, and allowed scores below -2e9 must still outweigh blocked keys
+        J.values(R, "sinks far below -1e9 (one at float32's lowest) beside fully masked rows",
+                 [Call((*x()[:3], low_sinks(H), empty_in_every_head())),
+                  Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "negative"), low_sinks(H),
+                        empty_in_every_head()))]),
+        P.gradients(R, "a sink far above every score (a max without the sink overflows), match reference",
+                    [Call((*x()[:3], torch.full((H,), 150.0), per_head()))]),
         J.values(R, "float16 (sinks float32)", [Call((*x(F16), per_head()))]),
         J.values(R, "bfloat16 (sinks float32)", [Call((*x(BF16), per_head()))]),
         P.gradients(R, "finite gradients with per-head empty rows and large sinks, match reference",
                     [Call((*x()[:3], far, per_head())), Call((*x(), per_head()))]),
         J.dtypes(R, "out in q's dtype", [Call((*x(dt), per_head())) for dt in cases.FLOATS]),
-        P.on_device(R, "on the inputs' device (meta), with and without a mask",
+        *P.device_checks(R, "on the inputs' device (meta), with and without a mask",
                     [Call(x(), device="meta"), Call((*x(), per_head()), device="meta")]),
         P.unchanged(R, "does not modify inputs", [Call((*x(), per_head()))]),
         P.on_cuda(R, "matches on CUDA", [Call((*x(F16), per_head())), Call(x())]),
@@ -218,6 +238,9 @@ def diagnose_topk(args, kwargs, got, index, dtype) -> str | None:
         (X["sel_nan"], lambda: _ranked(nan_high, seen, k)),
         (X["sel_nan"], lambda: _ranked(nan_high, seen, k) & ~nan),
         (X["sel_future"], lambda: _ranked(scores.masked_fill(~seen, -1e30), ~nan, min(k, scores.shape[-1]))),
+        # blocked keys (future or NaN) filled with -inf, ranked last with ties to the lower index, make up k
+        (X["sel_future"], lambda: _ranked(scores.masked_fill(~(seen & ~nan), NINF), torch.ones_like(seen),
+                                          min(k, scores.shape[-1]))),
         (X["sel_not_causal"], lambda: am.topk_selection_mask(scores, k, causal=False)),
     ], dtype)
 
@@ -251,7 +274,7 @@ def topk_selection_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check
         J.raises(R.name, R.arg_names, "k < 1 raises ValueError",
                  [Call((s(1, 2, 3), 0)), Call((s(1, 2, 3), -1))], "each query keeps k >= 1 keys"),
         J.dtypes(R, "returns torch.bool", [Call((s(1, 4, 4), 2))]),
-        P.on_device(R, "on the scores' device (meta), causal and not",
+        *P.device_checks(R, "on the scores' device (meta), causal and not",
                     [Call((s(1, 4, 6), 2), device="meta"), Call((s(2, 3, 3), 1), {"causal": False}, "meta")]),
         P.unchanged(R, "does not modify the scores", [Call((with_nan(s(1, 4, 6), pub), 2))]),
     ]
@@ -336,6 +359,10 @@ def block_diffusion_mask_checks(seed: int = 0, hidden: bool = True) -> list[Chec
         J.values(R, "L = 12, blocks of 3 and of 4", [Call((12, 3)), Call((12, 4))], public=True),
         J.raises(R.name, R.arg_names, "block not dividing L raises ValueError",
                  [Call((10, 4)), Call((6, 0)), Call((3, 5))], "block >= 1 must divide L"),
+        # the size boundaries: one token is a sequence (a (2, 2) mask), no token is not
+        J.values(R, "L = 1, block = 1: the (2, 2) mask", [Call((1, 1))], public=True, edge=True),
+        J.raises(R.name, R.arg_names, "L = 0 raises ValueError", [Call((0, 1)), Call((0, 3))],
+                 "L >= 1: a sequence has at least one token"),
     ]
     if not hidden:
         return checks
@@ -402,9 +429,10 @@ def decay_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                   Call((closed(gates(pub, 1, 9), pub), docs(pub, 1, 9)))],
                  public=True),
         P.gradients(R, "gradients reach log_gates, match reference",
-                    [Call((gates(pub, 2, 7), docs(pub, 2, 7)))], public=True),
+                    [Call((gates(pub, 2, 7), docs(pub, 2, 7)))], public=True,
+                    nan_why=X["decay_grad_overflow"]),
         # the meta check holds D to float32 too (a dtype check alone is passed by any float32 tensor)
-        P.on_device(R, "float32 on the gates' device (meta), with and without doc_ids",
+        *P.device_checks(R, "float32 on the gates' device (meta), with and without doc_ids",
                     [Call((gates(pub, 2, 5),), device="meta"),
                      Call((gates(pub, 2, 5), docs(pub, 2, 5)), device="meta")]),
         P.unchanged(R, "does not modify inputs", [Call((gates(pub, 2, 6), docs(pub, 2, 6)))]),
@@ -426,6 +454,7 @@ def decay_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "one document per position (D = identity)",
                  [Call((gates(gen, B, 5), torch.arange(5).expand(B, 5)))], edge=True),
         P.gradients(R, "gradients on a long sequence with documents, match reference",
-                    [Call((gates(gen, 1, 200), docs(gen, 1, 200, n_docs)))]),
+                    [Call((gates(gen, 1, 200), docs(gen, 1, 200, n_docs)))],
+                    nan_why=X["decay_grad_overflow"]),
         P.on_cuda(R, "matches on CUDA", [Call((gates(gen, B, L), docs(gen, B, L, n_docs)))]),
     ]

@@ -19,6 +19,12 @@ def sinks_of(gen, H: int, dtype=F32, scale: float = 1.0) -> torch.Tensor:
     return cases.randn(gen, H, scale=scale).to(dtype)
 
 
+def low_sinks(H: int) -> torch.Tensor:
+    """(H,) float32 sinks far below any fill that stands in for -inf: float32's lowest, then -1e10, ...
+    A -1e9 or finfo.min fill ties with or beats such a sink on a fully masked row."""
+    return torch.tensor([torch.finfo(F32).min, -1e10, -3e9, -1e12])[torch.arange(H) % 4]
+
+
 def big_scores(gen, B, H, Lq, Lk, d, dv, dtype) -> tuple:
     """q, k whose scaled scores are all near 1e3, a few units apart (so the weights are far
     from one-hot), and v of ±1: float16 rounds such a score by up to 0.5 before the scale."""

@@ -81,6 +81,56 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
     return dg.judged(judge)
 
 
+#: What a tensor made on the default device means, for the check that moves the default away.
+MADE_ON_DEFAULT = ("a tensor is made on PyTorch's default device instead of the inputs': with the inputs on "
+                   "the CPU and the default device moved elsewhere (with torch.device(\"meta\"): ...), the "
+                   "function made something there. On a GPU the same code puts it on the CPU beside CUDA "
+                   "inputs. Give "
+                   "every tensor you create device=<input>.device (torch.arange(n, device=x.device), "
+                   "torch.zeros(..., device=x.device)), or build it from an input (zeros_like, new_zeros).")
+
+
+@rebuildable
+def default_device_judge(recipe: Recipe):
+    """Calls whose inputs are on the CPU, run with another default device (``Call.default_device``):
+    every output must be on the CPU with the contract's dtype and shape, and the call must not raise (a
+    tensor made on the default device meets the CPU inputs and raises, or comes back on the wrong device)."""
+    inner = device_judge(recipe, "cpu", True)
+
+    def judge(calls, outcomes):
+        for call, outcome in zip(calls, outcomes):
+            if outcome.error is not None:
+                if errors.is_stub_error(outcome.error):
+                    return raised(outcome.error, inputs_of(recipe, call))
+                return dg.fail(MADE_ON_DEFAULT + f" (it raised {errors.quoted(outcome.error)})",
+                               f"inputs on cpu, default device {call.default_device}: "
+                               f"{inputs_of(recipe, call)}")
+            devices = outcome.devices if isinstance(outcome.devices, tuple | list) else (outcome.devices,)
+            for name, dev in zip(recipe.out_names, devices):
+                if dev is not None and dev != "cpu":
+                    return dg.fail(f"{name} is on {dev}; expected cpu, the inputs' device — "
+                                   + MADE_ON_DEFAULT,
+                                   f"inputs on cpu, default device {call.default_device}: "
+                                   f"{inputs_of(recipe, call)}")
+        return inner(calls, outcomes)
+
+    return dg.judged(judge)
+
+
+def device_checks(recipe: Recipe, name: str, calls: list[Call], *, vectorised: bool = True) -> list[Check]:
+    """:func:`on_device` on ``meta`` for ``calls``, and :func:`made_on_inputs_device` for the same
+    calls with CPU inputs and the default device moved to ``meta``."""
+    return [on_device(recipe, name, calls, vectorised=vectorised),
+            made_on_inputs_device(recipe, "made on the inputs' device, not PyTorch's default one", calls)]
+
+
+def made_on_inputs_device(recipe: Recipe, name: str, calls: list[Call]) -> Check:
+    """The class "a tensor made on the default device", caught on a CPU-only machine: each call runs
+    with CPU inputs inside ``with torch.device("meta"):``, and its outputs must be on the CPU."""
+    moved = [Call(c.args, dict(c.kwargs), "cpu", c.allocations, default_device="meta") for c in calls]
+    return Check(name, moved, default_device_judge(recipe), kind="property")
+
+
 @rebuildable
 def unchanged_judge(recipe: Recipe):
     def judge(calls, outcomes):
@@ -126,8 +176,9 @@ def grads_of(recipe: Recipe, call: Call) -> dict[int, torch.Tensor | None]:
 
 
 @rebuildable(names_mistakes=True)
-def grads_judge(recipe: Recipe):
-    """Gradients exist, are finite, and (float32 calls) match the reference's."""
+def grads_judge(recipe: Recipe, nan_why: str | None = None):
+    """Gradients exist, are finite, and (float32 calls) match the reference's. ``nan_why``: what a
+    NaN or inf gradient means for this exercise (default: the masked softmax's, :data:`MISTAKES`)."""
 
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
@@ -155,7 +206,8 @@ def grads_judge(recipe: Recipe):
                     return dg.fail(f"the gradient of {name} is {dg.describe(g)}; "
                                    f"expected the shape of {name}")
                 if not bool(torch.isfinite(g).all()):
-                    return dg.fail(f"the gradient of {name} has NaN or inf: " + MISTAKES["nan_grads"],
+                    why = nan_why or MISTAKES["nan_grads"]
+                    return dg.fail(f"the gradient of {name} has NaN or infinite entries: " + why,
                                    f"inputs: {inputs}")
                 # float32 gradients go through a few more roundings than the outputs:
                 # judge them at the float16 tolerance.
@@ -221,7 +273,7 @@ def cuda_judge(recipe: Recipe):
     return dg.judged(judge)
 
 
-@rebuildable
+@rebuildable(names_mistakes=True)
 def pair_judge(recipe: Recipe, rows, what: str, only: tuple[int, ...] | None = None):
     """Calls come in pairs that differ only in positions that must not matter;
     ``rows(call) -> bool (..., Lq)`` marks the query rows that must come out the
@@ -253,7 +305,11 @@ def pair_judge(recipe: Recipe, rows, what: str, only: tuple[int, ...] | None = N
                 sel = torch.broadcast_to(keep[..., None], x.shape)
                 x0, y0 = torch.where(sel, x.double(), 0.0), torch.where(sel, y.double(), 0.0)
                 if not dg.close(y0, x0, dtype):
-                    return dg.fail(what, "the same call with those positions changed gave a different "
+                    # A known mistake that is not about these positions (a head layout, a scale) comes first:
+                    # "the mask leaks" would send the student to the wrong line.
+                    named = recipe.diagnosis(calls[k], args, kwargs, x, i, dtype)
+                    return dg.fail(named or what, "the same call with those positions changed gave a "
+                                   "different "
                                    f"{out.name} (got: after the change, expected: before it):\n"
                                    + dg.number_detail(y0, x0, dtype, out.name, inputs))
         return dg.PASS
@@ -319,8 +375,11 @@ def unchanged(recipe: Recipe, name: str, calls: list[Call]) -> Check:
     return Check(name, calls, unchanged_judge(recipe), kind="property")
 
 
-def gradients(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False) -> Check:
-    return Check(name, calls, grads_judge(recipe), want_grads=True, public=public)
+def gradients(recipe: Recipe, name: str, calls: list[Call], *, public: bool = False,
+              nan_why: str | None = None) -> Check:
+    """Gradients finite and matching; ``nan_why`` explains a NaN gradient where there is no softmax."""
+    judge = grads_judge(recipe, nan_why) if nan_why else grads_judge(recipe)
+    return Check(name, calls, judge, want_grads=True, public=public)
 
 
 def on_cuda(recipe: Recipe, name: str, calls: list[Call], *, cuda_kwargs: bool = False) -> Check:

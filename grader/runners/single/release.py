@@ -12,11 +12,14 @@ gets its data here, as soon as it is in ``attnmask.CONTRACT`` and has its checks
 In a solution notebook, the code between a ``# BEGIN SOLUTION`` line and a
 ``# END SOLUTION`` line is the answer. In the exercise it becomes
 
-    raise NotImplementedError("<function>: <hint> (see exercise N.M)")
+    raise NotImplementedError("<function>: implement it (see exercise N.M)")
 
-at the marker's indentation, where ``<function>`` is the enclosing ``def``,
-``<hint>`` comes from a ``# HINT: ...`` line inside the region, N is the chapter
-(``ex03_...`` -> 3) and M counts the solution regions of the notebook. Cells
+at the marker's indentation, where ``<function>`` is the enclosing ``def``, N is the
+chapter (``ex03_...`` -> 3) and M counts the solution regions of the notebook. The
+message is the same for every exercise: it is read before any hint is opened, so it
+names the task and nothing of the method. A ``# HINT: ...`` line inside a region is
+a note for maintainers and goes with the region; the hints the student reads are the
+statement's collapsed steps. Cells
 tagged ``solution-only`` are dropped; cells tagged ``explore`` (the payoff that
 runs the student's own functions in a ``with explore():`` block, see
 :mod:`grader.explore_cells`) are kept like every other cell, and may hold no
@@ -46,7 +49,7 @@ EXERCISES = ROOT / "exercises"
 
 BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
-HINT = "# HINT:"
+HINT = "# HINT:"  # a maintainers' note inside a region; never copied to the exercise
 SOLUTION_ONLY = "solution-only"
 EXPLORE = "explore"  # shipped to students; grading skips these cells (grader.explore_cells.TAG)
 NOTICE_KEY = "attnmask_release"  # notebook metadata: the generator's note
@@ -80,6 +83,11 @@ def _enclosing_def(lines: list[str], at: int) -> str | None:
     return None
 
 
+def stub_message(name: str, chapter: int, number: int) -> str:
+    """The stub's message: the task's name and number, the same words for every exercise."""
+    return f"{name}: implement it (see exercise {chapter}.{number})"
+
+
 def strip_solutions(source: str, chapter: int, counter: list[int], where: str) -> str:
     """Replace every solution region of one cell's source by a stub.
 
@@ -100,20 +108,15 @@ def strip_solutions(source: str, chapter: int, counter: list[int], where: str) -
         name = _enclosing_def(lines, start)
         if name is None:
             raise ReleaseError(f"{where}: '{BEGIN}' on line {start + 1} is not inside a def")
-        hint = None
         i += 1
         while i < len(lines) and lines[i].strip() != END:
             if lines[i].strip() == BEGIN:
                 raise ReleaseError(f"{where}: nested '{BEGIN}' on line {i + 1}")
-            if lines[i].strip().startswith(HINT):
-                hint = lines[i].strip()[len(HINT):].strip()
             i += 1
         if i == len(lines):
             raise ReleaseError(f"{where}: '{BEGIN}' on line {start + 1} has no '{END}'")
-        if not hint:
-            raise ReleaseError(f"{where}: the solution of {name} has no '{HINT} ...' line")
         counter[0] += 1
-        message = f"{name}: {hint} (see exercise {chapter}.{counter[0]})"
+        message = stub_message(name, chapter, counter[0])
         literal = json.dumps(message, ensure_ascii=False)  # a JSON string is a valid Python literal
         out.append(f"{_indent(lines[start])}raise NotImplementedError({literal})")
         i += 1  # skip the END line
