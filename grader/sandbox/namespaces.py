@@ -16,8 +16,8 @@ runs a worker (:func:`isolate`)
    ``/run``: its working folder and home (:data:`WORK`, :data:`HOME`), and the folders
    bound over ``/tmp`` (unless Python lives there: /tmp then stays the sandbox's,
    read-only) and ``/dev/shm``. Its results go to a file the parent hands over as
-   a descriptor: no folder of the grader's is writable to it. ``/proc/keys`` and
-   ``/proc/key-users`` are covered: they list the grader's keys;
+   a descriptor: no folder of the grader's is writable to it. ``/proc`` becomes one of
+   its own (:func:`_own_proc`): itself and a few system files, read-only;
 4. covers ``/dev/pts`` with an empty read-only folder (no pseudo-terminal: the sandbox's
    are every worker's), joins a session keyring of its own, drops every capability, for
    good (bounding set, then capset), with no new privileges, and installs the seccomp
@@ -26,11 +26,9 @@ runs a worker (:func:`isolate`)
    it runs as uid 65534 and cannot undo a mount.
 
 When the worker ends, its namespaces end, and all it wrote with them.
-Its ``/proc`` stays the sandbox's: it lists the zygote and the workers of the
-same class run by pid and command line, but their memory, descriptors and
-environment are another user namespace's, closed to it, and it cannot signal
-them (they are outside its pid namespace). A /proc of its own cannot be
-mounted: bubblewrap's read-only covers of ``/proc/sys`` are locked in place.
+It sees no other process: the sandbox's ``/proc`` listed the zygote and every
+worker of the class alive, and any of them could read another's command line,
+name and signal mask (a channel between two students graded together).
 
 :func:`measure` is what the worker then reports on its "ready" line, from inside.
 Only the standard library is imported here.
@@ -50,12 +48,14 @@ WORK, HOME, TMP, SHM = "/run/work", "/run/home", "/run/tmp", "/run/shm"
 TMPFS = "size=256m,nr_inodes=16384,mode=0755"
 #: Mounts left writable: the kernel's own views (the worker's writes there are its own process's).
 KERNEL_FILESYSTEMS = ("proc", "devpts", "mqueue", "sysfs", "cgroup", "cgroup2")
-#: Files of /proc that list every key of the grader's user.
-KEY_LISTS = ("/proc/keys", "/proc/key-users")
+#: The system files of a worker's own /proc (:func:`_own_proc`): what Python, torch and the
+#: grader read there. Not the keys, the page frames (``kpage*``), ``kcore``, ``kmsg``, ``sysrq-trigger``.
+PROC_FILES = ("cpuinfo", "meminfo", "stat", "loadavg", "uptime", "version", "filesystems", "sys",
+              "cgroups", "swaps")
 UID = 65534
 _NEWNS, _NEWUSER, _NEWPID, _NEWNET, _NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 1, 2, 4, 32
-_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+_MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 4096, 8192, 16384, 1 << 18
 #: Mount options as /proc/self/mountinfo writes them, and their flags: a remount must keep those the
 #: kernel locked when the namespace was made (nosuid, nodev, noexec, the atime ones).
 _OPTION_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": 8, "noatime": 1024,
@@ -137,14 +137,42 @@ def isolate() -> None:
         _mount(TMP, "/tmp", None, _MS_BIND)
     if os.path.isdir("/dev/shm"):
         _mount(SHM, "/dev/shm", None, _MS_BIND)
-    for listing in KEY_LISTS:
-        if os.path.exists(listing):
-            _mount("/dev/null", listing, None, _MS_BIND)
+    _own_proc()
     _no_terminals()
     os.chdir(WORK)
     syscalls.own_keyring()
     drop_capabilities()
     syscalls.forbid()
+
+
+def _own_proc() -> None:
+    """A ``/proc`` that shows this worker alone: the sandbox's lists every process of bubblewrap's
+    pid namespace (the zygote, and every worker of the class alive now, whose command line, name
+    and signal mask anyone may read), and a fresh proc cannot be mounted over it (bubblewrap's
+    covers of ``/proc/irq`` and ``/proc/bus`` are locked in place). So a read-only tmpfs takes
+    its place, holding, each bound read-only: ``self`` (this process's own folder; its children
+    see it too), the system files of :data:`PROC_FILES`, and the links ``thread-self``, ``mounts``
+    and ``net`` into ``self``. No other process's folder is there, no ``/proc/sys`` entry can be
+    written (a worker of root is uid 0 to the kernel's file checks: ``core_pattern`` was writable),
+    and nothing of the page frames (``kpageflags``) or the keys is in view."""
+    own = os.readlink("/proc/self")  # this process's number in the sandbox's pid namespace
+    staging = "/run/proc"
+    os.mkdir(staging)
+    _mount("tmpfs", staging, "tmpfs", _MS_NOSUID | _MS_NODEV | 8, "size=4k,nr_inodes=64,mode=0555")
+    entries = [("self", f"/proc/{own}")]
+    entries += [(name, f"/proc/{name}") for name in PROC_FILES if os.path.exists(f"/proc/{name}")]
+    for name, source in entries:
+        target = f"{staging}/{name}"
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        _mount(source, target, None, _MS_BIND | _MS_REC)
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | 8)
+    for name, to in (("thread-self", "self"), ("mounts", "self/mounts"), ("net", "self/net")):
+        os.symlink(to, f"{staging}/{name}")
+    _mount(None, staging, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | 8)
+    _mount(staging, "/proc", None, _MS_MOVE)
 
 
 def _no_terminals() -> None:
