@@ -13,6 +13,15 @@ same for what happens around the checks (a statement that raised while the
 submission loaded, a worker that died). The engine applies them; two seeds then give
 the same feedback (tests/test_hidden_channel.py).
 
+**One bit per hidden check.** The worker gets a hidden check's calls only after the
+submission has loaded and every public check has run (:mod:`grader.sandbox.worker`): what
+loading does and what the public checks say cannot depend on a hidden case. What the
+hidden checks themselves say, in a grading with the instructor's seed, is their pass or
+fail and nothing more: every failing hidden check says :data:`FAILED` with a detail drawn
+from the public checks alone (:func:`failed`), and a stop (a crash, a time limit, code
+raising ``NotImplementedError`` only there) during the hidden checks is a failure of those
+checks like any other (:func:`bounded`). ``scripts/bench_hidden_bits.py`` measures it.
+
 Text only (no torch), like :mod:`grader.errors`.
 """
 
@@ -82,3 +91,18 @@ def stopped(reason: str) -> str:
     reason = re.sub(r" while running .*", "", reason, flags=re.S)
     reason = re.sub(r"exit code -?\d+", f"exit code {MASK}", reason)
     return re.sub(r"signal -?\d+|\bSIG[A-Z0-9]+\b", "a signal", reason)
+
+
+#: What every failing hidden check says in a grading with the instructor's seed, whatever went wrong.
+FAILED = "fails on a hidden case"
+
+
+def failed(public_failing: list[str]) -> str:
+    """The detail of a failing hidden check: only what the public checks show (the names of those
+    that fail, ``public_failing``), never anything of the hidden case or of what the code did."""
+    if public_failing:
+        names = ", ".join(f'"{n}"' for n in public_failing[:3]) + (", ..." if len(public_failing) > 3 else "")
+        return (f"the public checks {names} fail too: run check(...) in the notebook to see their cases "
+                "and what your code did with them; fix those first")
+    return ("every public check passes: feedback on a hidden case says pass or fail, nothing more; "
+            "try cases of your own in the notebook (other sizes, dtypes, masks, extreme values)")

@@ -9,7 +9,9 @@ runs a worker (:func:`isolate`)
 1. unshares new user, mount, pid, ipc and network namespaces (the kernel gives it
    every capability in the new user namespace, over those namespaces only);
 2. forks: its child is process 1 of the new pid namespace, and when it ends the
-   kernel kills everything left in that namespace, whatever it forked;
+   kernel kills everything left in that namespace, whatever it forked; where the kernel
+   keeps ``pid_max`` per namespace (6.14 on), it holds at most 300 processes
+   (:func:`_bound_processes`);
 3. makes every mount it inherited read-only for itself (the sandbox's root and
    ``/dev`` among them: what one student wrote there the next would find), then
    mounts one tmpfs of its own, bounded (:data:`TMPFS`: bytes and files), over
@@ -48,6 +50,10 @@ WORK, HOME, TMP, SHM = "/run/work", "/run/home", "/run/tmp", "/run/shm"
 TMPFS = "size=256m,nr_inodes=16384,mode=0755"
 #: Mounts left writable: the kernel's own views (the worker's writes there are its own process's).
 KERNEL_FILESYSTEMS = ("proc", "devpts", "mqueue", "sysfs", "cgroup", "cgroup2")
+#: The least ``pid_max`` the kernel takes: a worker's pid namespace holds at most 300 processes
+#: (a cgroup's ``pids.max``, where there is one, bounds them lower: :data:`grader.sandbox.cgroups.PIDS`).
+PID_MAX = 301
+PID_MAX_KERNEL = (6, 14)
 #: The system files of a worker's own /proc (:func:`_own_proc`): what Python, torch and the
 #: grader read there. Not the keys, the page frames (``kpage*``), ``kcore``, ``kmsg``, ``sysrq-trigger``.
 PROC_FILES = ("cpuinfo", "meminfo", "stat", "loadavg", "uptime", "version", "filesystems", "sys",
@@ -127,6 +133,7 @@ def isolate() -> None:
         _relay(pid)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the minder kills the process above
     os.setsid()  # a session of its own, inside its pid namespace
+    _bound_processes()
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _read_only_inherited()
     _mount("tmpfs", "/run", "tmpfs", _MS_NOSUID | _MS_NODEV, TMPFS)  # the rest of /run: gone
@@ -143,6 +150,30 @@ def isolate() -> None:
     syscalls.own_keyring()
     drop_capabilities()
     syscalls.forbid()
+
+
+def per_namespace_pid_max() -> bool:
+    """Whether this kernel keeps ``pid_max`` per pid namespace (Linux 6.14 and later). Before,
+    the file was the machine's: it is never written there."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= PID_MAX_KERNEL
+
+
+def _bound_processes() -> None:
+    """At most :data:`PID_MAX` - 1 processes and threads in this pid namespace, whatever the uid:
+    ``RLIMIT_NPROC`` does not bind root, and a cgroup's ``pids.max`` is not on every machine.
+    Only where ``pid_max`` is the namespace's own (:func:`per_namespace_pid_max`); refused
+    (a user who is not root, a kernel that says no) it is left as it was."""
+    if not per_namespace_pid_max():
+        return
+    try:
+        with open("/proc/sys/kernel/pid_max", "w") as f:
+            f.write(str(PID_MAX))
+    except OSError:
+        pass
 
 
 def _own_proc() -> None:
@@ -204,6 +235,15 @@ def _relay(pid: int) -> None:
     os._exit(code if code >= 0 else 1)
 
 
+def _read_first(path: str) -> str:
+    """The first word of a small file, or "?"."""
+    try:
+        with open(path) as f:
+            return (f.read(40).split() or ["?"])[0]
+    except OSError:
+        return "?"
+
+
 def _status_field(name: str) -> str:
     try:
         with open("/proc/self/status") as f:
@@ -242,6 +282,7 @@ def measure(secrets: list[str]) -> dict[str, str]:
         "pid": str(os.getpid()),
         "net": "lo" if interfaces == ["lo"] else str(len(interfaces)),
         "seen": str(len(seen)),
+        "pidmax": _read_first("/proc/sys/kernel/pid_max"),
         **({"first": str(seen[0])} if seen else {}),
     }
 

@@ -16,7 +16,7 @@ beside ``read``, ``statx`` beside ``newfstatat``, ``exit_group``, the ``timer*``
 and System V and POSIX IPC (the worker's IPC namespace is its own). Everything else fails with
 ENOSYS, as on a kernel without it (C libraries then fall back: glibc's threads from ``clone3``
 to ``clone``), except the calls of :data:`ERRORS`, which answer as before this filter (keyrings
-EPERM, ``fallocate`` EOPNOTSUPP, file handles EPERM). Two allowed calls are allowed only in
+EPERM, ``fallocate`` EOPNOTSUPP, file handles EPERM). Three allowed calls are allowed only in
 part: ``clone`` without any namespace flag (a thread or a process, never a user namespace),
 ``fcntl`` without locks or leases (:data:`FCNTL`), and ``preadv2``/``pwritev2`` without
 :data:`RWF_NOWAIT` (EOPNOTSUPP). What tells which pages of a file are in the page cache without
