@@ -172,7 +172,9 @@ def test_the_report_says_what_the_worker_measured(tmp_path):
     report = _grade_cells(tmp_path, "plain", "")
     measured = report.isolation["measured"]
     limits = measured.pop("limits")
+    pid_max = measured.pop("pidmax")  # its pid namespace's: 301 where the kernel keeps one per namespace
     assert measured == {"uid": "65534", "caps": "none", "pid": "1", "net": "lo", "seen": "0"}
+    assert pid_max.isdigit(), pid_max
     assert limits.startswith(("cgroup v1", "cgroup v2", "none: ")), limits  # what bounds its memory
     assert report.isolation["sandbox"] == "bubblewrap" and report.isolation["why"] == ""
 
