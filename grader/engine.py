@@ -175,7 +175,7 @@ class _Grading:
         self.loaded_ok = True
         found = {k: v for k, v in data["found"].items() if isinstance(k, str)}
         errors = [e for e in data.get("errors", []) if isinstance(e, str)]
-        if self.secret:  # code that loads can reach the hidden job: its words stay out
+        if self.secret:  # the grader's words only: the worker's records are the submission's to write
             places, budget = self.src.statement_places(), self.limits.cell_budget
             notes = (hidden.load_note(e, places, budget) for e in errors)
             errors = list(dict.fromkeys(n for n in notes if n))

@@ -1,11 +1,11 @@
 """What feedback may say about a hidden check: the grader's own words, with every value masked.
 
 A hidden check's cases are drawn from the instructor's seed; a student who resubmits
-learns whatever its feedback says. So a failing hidden check shows the kind of
-mistake only (its diagnosis, or "wrong cells", "wrong values", or that the code raised:
-never which exception, which student code chooses and could choose per case),
-and which public check fails the same way, where one does: never an input, a shape,
-a size, a dtype or an expected value. Rather than trust each judge to leave those
+learns whatever its feedback says. Under the default seed (no secret) a failing hidden
+check shows the kind of mistake only (its diagnosis, or "wrong cells", "wrong values", or
+that the code raised: never which exception), and which public check fails the same way,
+where one does: never an input, a shape, a size, a dtype or an expected value; under the
+instructor's seed, only that it failed (below). Rather than trust each judge to leave those
 out, :func:`words` masks every number and dtype name in a hidden check's message
 (the classic mistakes' own texts, :data:`grader.mistakes.MISTAKES`, are kept whole:
 they say the same on every case), and :func:`load_note` and :func:`stopped` do the
@@ -73,8 +73,8 @@ def load_note(error: str, statements: set[str], budget: float) -> str | None:
     hidden cases shows it: where (only a top-level statement the parent itself read: one of
     ``statements``, "line N of FILE") and the exception's type, or that it ran past the
     statement's ``budget``; None when the worker's text names no such statement (code that
-    loads can also reach the hidden job and write its own). Not the exception's type: the
-    statement may choose it from the hidden job it can reach."""
+    loads can also write the worker's records). Not the exception's type: the grader says
+    that a statement raised, not what."""
     m = _LOAD_ERROR.match(str(error))
     if m is None or m.group(1) not in statements:
         return None
