@@ -167,7 +167,8 @@ class _Drive:
             except channel.ChannelError as e:
                 outcomes = e
             self.h.check(ei, args[1], outcomes)
-        elif word == "half" and ei == self.current is not None and ei not in self.halved:
+        elif word == "half" and self.phase == "grading" and ei == self.current is not None \
+                and ei not in self.halved:
             self.halved.add(ei)
             self.current = None
             self._exercise_deadline()
