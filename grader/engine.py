@@ -125,6 +125,10 @@ class _Exercise:
             elif check.requires == "triton" and not triton_available():
                 self.verdicts[ci] = Verdict(False, NEEDS_TRITON, skipped=True)
 
+    def public_done(self) -> bool:
+        """Whether every public check has its verdict (the worker had moved on to the hidden ones)."""
+        return all(v is not None for c, v in zip(self.checks, self.verdicts) if c.public)
+
     @property
     def runnable(self) -> list[int]:
         return [ci for ci, v in enumerate(self.verdicts) if v is None]
@@ -170,6 +174,8 @@ class _Grading:
 
     def _emit(self, st: _Exercise) -> None:
         if not st.final:
+            if self.secret and st.result.status not in (NOT_FOUND, GRADER_ERROR, CRASHED, TIMED_OUT):
+                _bound_hidden(st)  # (those four are said before any hidden case reached the worker)
             st.finish()
             if self.progress:
                 self.progress(st.result, len(self.states))
@@ -182,7 +188,7 @@ class _Grading:
         self.loaded_ok = True
         found = {k: v for k, v in data["found"].items() if isinstance(k, str)}
         errors = [e for e in data.get("errors", []) if isinstance(e, str)]
-        if self.secret:  # code that loads can reach the hidden job: its words stay out
+        if self.secret:  # the grader's words only: the worker's records are the submission's to write
             places, budget = self.src.statement_places(), self.limits.cell_budget
             notes = (hidden.load_note(e, places, budget) for e in errors)
             errors = list(dict.fromkeys(n for n in notes if n))
@@ -205,7 +211,7 @@ class _Grading:
         st = self.states[ei]
         if st.final or not 0 <= ci < len(st.checks) or st.verdicts[ci] is not None:
             return
-        if isinstance(outcomes, list):
+        if isinstance(outcomes, list) and (st.checks[ci].public or not self.secret):
             st.outcomes_seen.extend(o.error for o in outcomes)  # only errors: records are not kept
             if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
                 st.timed_out = ci
@@ -220,6 +226,10 @@ class _Grading:
         if not 0 <= ei < len(self.states) or self.states[ei].final:
             return
         st = self.states[ei]
+        if self.secret and st.public_done():  # stopped among the hidden checks: a failure of those, no more
+            st.fail_rest(hidden.FAILED)
+            self._emit(st)
+            return
         st.result.status = TIMED_OUT if "did not finish" in reason else CRASHED
         reason = hidden.stopped(reason) if self.secret else reason
         st.result.message = reason
@@ -246,6 +256,22 @@ class _Grading:
             if not st.final:
                 st.result.status, st.result.message = GRADER_ERROR, reason
                 self._emit(st)
+
+
+def _bound_hidden(st: _Exercise) -> None:
+    """In a grading with the instructor's seed: each failing hidden check says :data:`hidden.FAILED`,
+    with a detail drawn from the public checks alone, and a time limit met among the hidden checks
+    is one of their failures, not the exercise's status (see :mod:`grader.hidden`)."""
+    from .spec import Verdict
+
+    failing = [c.name for c, v in zip(st.checks, st.verdicts)
+               if c.public and v is not None and not v.passed and not v.skipped]
+    detail = hidden.failed(failing)
+    for ci, (check, v) in enumerate(zip(st.checks, st.verdicts)):
+        if not check.public and (v is None or not (v.passed or v.skipped)):
+            st.verdicts[ci] = Verdict(False, hidden.FAILED, detail)
+    if st.timed_out is not None and not st.checks[st.timed_out].public:
+        st.timed_out = None
 
 
 def not_found_message(name: str, src: submission.Source) -> str:
@@ -419,16 +445,21 @@ def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: lis
     from .sandbox import supervisor
     from .sandbox.worker import CheckJob, Job
 
-    def make_job(indices: list[int]) -> Job:
-        exercises = []
+    def make_job(indices: list[int]) -> tuple[Job, dict[int, list[CheckJob]], dict[int, list[CheckJob]]]:
+        """The job (cells and names), then the public checks' calls, then the hidden ones'."""
+        public: dict[int, list[CheckJob]] = {}
+        hidden: dict[int, list[CheckJob]] = {}
         for i in indices:
             st = states[i]
-            checks = [CheckJob(ci, st.checks[ci].calls, bool(st.checks[ci].want_grads)) for ci in st.runnable]
-            exercises.append((i, st.exercise.name, checks))
-        return Job(cells=src.cells, exercises=exercises,
-                   cell_budget=limits.cell_budget, exercise_budget=limits.timeout,
-                   memory_bytes=None if limits.memory_mb is None else limits.memory_mb * 2**20,
-                   helpers=src.helpers, secrets=secrets)
+            for ci in st.runnable:
+                check = st.checks[ci]
+                part = public if check.public else hidden
+                part.setdefault(i, []).append(CheckJob(ci, check.calls, bool(check.want_grads)))
+        job = Job(cells=src.cells, exercises=[(i, states[i].exercise.name, []) for i in indices],
+                  cell_budget=limits.cell_budget, exercise_budget=limits.timeout,
+                  memory_bytes=None if limits.memory_mb is None else limits.memory_mb * 2**20,
+                  helpers=src.helpers, secrets=secrets)
+        return job, public, hidden
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
     return supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, server, confined,

@@ -1,17 +1,26 @@
 """What feedback may say about a hidden check: the grader's own words, with every value masked.
 
 A hidden check's cases are drawn from the instructor's seed; a student who resubmits
-learns whatever its feedback says. So a failing hidden check shows the kind of
-mistake only (its diagnosis, or "wrong cells", "wrong values", or that the code raised:
-never which exception, which student code chooses and could choose per case),
-and which public check fails the same way, where one does: never an input, a shape,
-a size, a dtype or an expected value. Rather than trust each judge to leave those
+learns whatever its feedback says. Under the default seed (no secret) a failing hidden
+check shows the kind of mistake only (its diagnosis, or "wrong cells", "wrong values", or
+that the code raised: never which exception), and which public check fails the same way,
+where one does: never an input, a shape, a size, a dtype or an expected value; under the
+instructor's seed, only that it failed (below). Rather than trust each judge to leave those
 out, :func:`words` masks every number and dtype name in a hidden check's message
 (the classic mistakes' own texts, :data:`grader.mistakes.MISTAKES`, are kept whole:
 they say the same on every case), and :func:`load_note` and :func:`stopped` do the
 same for what happens around the checks (a statement that raised while the
 submission loaded, a worker that died). The engine applies them; two seeds then give
 the same feedback (tests/test_hidden_channel.py).
+
+**One bit per hidden check.** The worker gets a hidden check's calls only after the
+submission has loaded and every public check has run (:mod:`grader.sandbox.worker`): what
+loading does and what the public checks say cannot depend on a hidden case. What the
+hidden checks themselves say, in a grading with the instructor's seed, is their pass or
+fail and nothing more: every failing hidden check says :data:`FAILED` with a detail drawn
+from the public checks alone (:func:`failed`), and a stop (a crash, a time limit, code
+raising ``NotImplementedError`` only there) during the hidden checks is a failure of those
+checks like any other (:func:`bounded`). ``scripts/bench_hidden_bits.py`` measures it.
 
 Text only (no torch), like :mod:`grader.errors`.
 """
@@ -64,8 +73,8 @@ def load_note(error: str, statements: set[str], budget: float) -> str | None:
     hidden cases shows it: where (only a top-level statement the parent itself read: one of
     ``statements``, "line N of FILE") and the exception's type, or that it ran past the
     statement's ``budget``; None when the worker's text names no such statement (code that
-    loads can also reach the hidden job and write its own). Not the exception's type: the
-    statement may choose it from the hidden job it can reach."""
+    loads can also write the worker's records). Not the exception's type: the grader says
+    that a statement raised, not what."""
     m = _LOAD_ERROR.match(str(error))
     if m is None or m.group(1) not in statements:
         return None
@@ -82,3 +91,18 @@ def stopped(reason: str) -> str:
     reason = re.sub(r" while running .*", "", reason, flags=re.S)
     reason = re.sub(r"exit code -?\d+", f"exit code {MASK}", reason)
     return re.sub(r"signal -?\d+|\bSIG[A-Z0-9]+\b", "a signal", reason)
+
+
+#: What every failing hidden check says in a grading with the instructor's seed, whatever went wrong.
+FAILED = "fails on a hidden case"
+
+
+def failed(public_failing: list[str]) -> str:
+    """The detail of a failing hidden check: only what the public checks show (the names of those
+    that fail, ``public_failing``), never anything of the hidden case or of what the code did."""
+    if public_failing:
+        names = ", ".join(f'"{n}"' for n in public_failing[:3]) + (", ..." if len(public_failing) > 3 else "")
+        return (f"the public checks {names} fail too: run check(...) in the notebook to see their cases "
+                "and what your code did with them; fix those first")
+    return ("every public check passes: feedback on a hidden case says pass or fail, nothing more; "
+            "try cases of your own in the notebook (other sizes, dtypes, masks, extreme values)")

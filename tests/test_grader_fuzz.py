@@ -101,7 +101,8 @@ def test_reading_any_file_as_a_submission_never_crashes(tmp_path_factory, data):
 
 # --------------------------------------------------------------------------- status lines
 
-_word = st.sampled_from(["ready", "refused", "cell", "loaded", "start", "check", "done", "bye", "hello", ""])
+_word = st.sampled_from(["ready", "refused", "cell", "loaded", "start", "check", "half", "public", "resume",
+                         "done", "bye", "hello", ""])
 _field = st.one_of(st.integers(-5, 12).map(str), st.text("0123456789.,= -", max_size=12),
                    st.integers(1, 6000).map(lambda n: "9" * n), st.just("0 40"), st.just("uid=0"),
                    st.just("caps=none"), st.just("pid=1"), st.just("net=lo"), st.just("seen=0"))
@@ -124,6 +125,9 @@ class _Worker:
         self.limited = "none"  # which limits held (grader.sandbox.cgroups): none here
 
     def stop(self) -> None:
+        pass
+
+    def send(self, part, last: bool = False) -> None:
         pass
 
 

@@ -154,20 +154,36 @@ def test_no_status_line_moves_a_deadline_twice_or_past_the_grading_s_end(tmp_pat
 
     class Worker:
         results, confined, measured = tmp_path / "results.bin", False, {}
+        sent: list = []
+
+        def send(self, part, last=False):
+            self.sent.append((part, last))
 
     class Handler:
         def __getattr__(self, name):
             return lambda *args: None
 
     drive = supervisor._Drive(Worker(), Limits(timeout=1.0), Handler(), str, [0, 1], first=False)
+    drive.parts, drive.found_of = ["public", "hidden"], lambda: {0, 1}
     for line in ("ready unconfined", "cell 0", "loaded 0 1"):
         drive.handle(line)
+    assert Worker.sent == [("public", False)]  # the calls come only after the load
     end = drive.until
     assert end < float("inf")
-    for line in ("start 0", "done 0", "start 1"):
+    for line in ("start 0", "half 0", "start 1"):
         drive.handle(line)
         assert drive.deadline <= end
-    for again in ("start 1", "start 0", "done 0", "cell 0", "loaded 0 1", "ready unconfined"):
+    with pytest.raises(ChannelError):  # exercise 1's public checks have not all run: no hidden calls yet
+        drive.handle("public")
+    assert Worker.sent == [("public", False)]
+    drive.handle("half 1")
+    drive.handle("public")
+    assert Worker.sent[-1] == ("hidden", True)
+    drive.handle("resume 0")
+    drive.handle("done 0")
+    drive.handle("resume 1")
+    for again in ("start 1", "start 0", "half 1", "resume 0", "public", "done 0", "cell 0", "loaded 0 1",
+                  "ready unconfined"):
         with pytest.raises(ChannelError):  # said again, or out of order: the submission's verdict
             drive.handle(again)
     drive.handle("done 1")

@@ -184,10 +184,10 @@ def test_hidden_cases_do_not_ride_out_on_what_student_code_says(tmp_path):
         if " (hidden): " in blocks[0]:  # the summary line quotes a hidden check
             hidden.append(blocks[0])
     assert len(hidden) > 6
-    # Not even on public checks: while they run, the worker holds the hidden cases too
-    # (tests/test_hidden_channel.py); --public-only and check(...) quote it in full.
+    # Not even on public checks, in a grading with the seed; --public-only and check(...) quote it in full.
     assert "EXFIL" not in json.dumps(results)
-    assert sum("raised an exception" in b for b in hidden) >= 3  # that it raised: not the type, not the text
+    # A failing hidden check says that it fails, nothing more (issue 46): not that it raised, nor what.
+    assert sum("fails on a hidden case" in b for b in hidden) >= 3
     assert not any(re.search(r"ValueError|ForbiddenAPIError", b) for b in hidden), hidden
     assert "EXFIL" in p.stdout  # the operator's terminal shows what it printed, as text
     assert "\x1b" not in p.stdout and "\r" not in p.stdout and "\x1b" not in p.stderr, p.stdout

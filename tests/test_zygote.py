@@ -114,9 +114,10 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     assert set(facts["top"]) <= system | python_roots, facts["top"]
     assert facts["sid_is_pid"], "a session of its own"
     assert facts["no_user_site"]
-    # 0-2, the status pipe and the results file (listdir's own descriptor is gone by the time it is
-    # checked): nothing of the zygote's (its socket, its control pipe, other gradings' connections) leaked in.
-    assert len(facts["fds"]) == 5 and {"0", "1", "2"} <= set(facts["fds"]), facts["fds"]
+    # 0-2, the status pipe, the results file and the job's pipe (the calls come on it after the load;
+    # listdir's own descriptor is gone by the time it is checked): nothing of the zygote's (its
+    # socket, its control pipe, other gradings' connections) leaked in.
+    assert len(facts["fds"]) == 6 and {"0", "1", "2"} <= set(facts["fds"]), facts["fds"]
 
 
 def test_hash_seed_and_signals_match_a_fresh_interpreter(zyg, tmp_path, monkeypatch):

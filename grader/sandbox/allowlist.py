@@ -23,9 +23,10 @@ checkout, any other copy of it, results, logs, other students, home folders,
 * the folders of ``LD_LIBRARY_PATH`` and CUDA's home, read-only, and the NVIDIA devices;
 * the worker's own modules: the ``grader`` package, read-only, at :data:`LIB`
   (the worker imports nothing of the reference; what it imports is public);
-* a ``/proc`` of the sandbox's own pid namespace (``/proc/sys`` and the like
-  read-only), a minimal ``/dev``, an empty read-only ``/tmp`` (the folders above
-  that lie in it excepted), an empty ``/run``;
+* a ``/proc`` of the sandbox's own pid namespace, for the zygote (each worker gets one
+  showing itself alone: :func:`grader.sandbox.namespaces.isolate`),
+  a minimal ``/dev``, an empty read-only ``/tmp`` (the folders above that lie in it
+  excepted), an empty ``/run``;
 * :data:`SHARED`: one folder of the grader's, writable, where the zygote serves its
   socket. Workers see none of it (nor any other writable mount of the sandbox: see
   :mod:`grader.sandbox.namespaces`); their results come back through a file the

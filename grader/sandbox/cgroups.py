@@ -16,8 +16,18 @@ removes it when the worker has ended. What it does on each kind of machine:
 * **neither** (no cgroup file system, or not writable by this user: a student's laptop
   without delegation): no cgroup. The worker then has only its own limits (``RLIMIT_AS``,
   the parent's RSS watch, a bounded tmpfs, no ``memfd_create``: see
-  :mod:`grader.sandbox.syscalls`) and no process limit for root; the report's isolation
-  block says so (``limits``), with why.
+  :mod:`grader.sandbox.syscalls`), and as root, whom ``RLIMIT_NPROC`` does not bind, the
+  ``pid_max`` of its own pid namespace (300 processes, Linux 6.14 on:
+  :func:`grader.sandbox.namespaces.per_namespace_pid_max`; before 6.14, none); the report's
+  isolation block says so (``limits``, and ``pidmax`` as the worker read it).
+
+The v2 path has never run on this project's grading machine, and cannot: its ``memory`` and
+``pids`` controllers are bound to v1 hierarchies, and a controller serves one hierarchy at a
+time, so the ``unified`` v2 tree offers none (``cgroup.controllers`` lists only ``hugetlb``).
+A ``cgroup2`` mounted in a namespace of its own is the same single v2 hierarchy, with the same
+controllers; moving ``memory`` and ``pids`` over means unmounting the v1 hierarchies that the
+machine's other processes live in. ``tests/test_sandbox_attacks.py`` drives this module's v2
+branch against a v2-shaped folder (the files it writes, the order, the cleanup), not the kernel.
 
 Hand-written rather than a library: the few files written here are the whole interface, and
 no maintained Python package drives both cgroup versions without systemd.

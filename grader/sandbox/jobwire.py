@@ -10,6 +10,7 @@ the worker's answers come back through :mod:`grader.sandbox.channel`, which is.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from typing import Any
 
@@ -71,3 +72,30 @@ def loads(data: bytes) -> Any:
     """The object :func:`dumps` wrote (trusted bytes: the parent's own)."""
     body, raw = pickle.loads(data)
     return _Reader(io.BytesIO(body), raw).load()
+
+
+#: Bytes of a part's length, before the part (:func:`frame`).
+FRAME_HEADER = 8
+
+
+def frame(obj: Any) -> bytes:
+    """``obj`` as one part of a job on the worker's stdin: its length, then :func:`dumps`."""
+    data = dumps(obj)
+    return len(data).to_bytes(FRAME_HEADER, "big") + data
+
+
+def read_frame(fd: int) -> Any:
+    """The next part :func:`frame` wrote to ``fd``; EOFError if the pipe ends first."""
+    size = int.from_bytes(_read_exactly(fd, FRAME_HEADER), "big")
+    return loads(_read_exactly(fd, size))
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError(f"the job's pipe ended {left} bytes short")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

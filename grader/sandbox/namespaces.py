@@ -9,15 +9,17 @@ runs a worker (:func:`isolate`)
 1. unshares new user, mount, pid, ipc and network namespaces (the kernel gives it
    every capability in the new user namespace, over those namespaces only);
 2. forks: its child is process 1 of the new pid namespace, and when it ends the
-   kernel kills everything left in that namespace, whatever it forked;
+   kernel kills everything left in that namespace, whatever it forked; where the kernel
+   keeps ``pid_max`` per namespace (6.14 on), it holds at most 300 processes
+   (:func:`_bound_processes`);
 3. makes every mount it inherited read-only for itself (the sandbox's root and
    ``/dev`` among them: what one student wrote there the next would find), then
    mounts one tmpfs of its own, bounded (:data:`TMPFS`: bytes and files), over
    ``/run``: its working folder and home (:data:`WORK`, :data:`HOME`), and the folders
    bound over ``/tmp`` (unless Python lives there: /tmp then stays the sandbox's,
    read-only) and ``/dev/shm``. Its results go to a file the parent hands over as
-   a descriptor: no folder of the grader's is writable to it. ``/proc/keys`` and
-   ``/proc/key-users`` are covered: they list the grader's keys;
+   a descriptor: no folder of the grader's is writable to it. ``/proc`` becomes one of
+   its own (:func:`_own_proc`): itself and a few system files, read-only;
 4. covers ``/dev/pts`` with an empty read-only folder (no pseudo-terminal: the sandbox's
    are every worker's), joins a session keyring of its own, drops every capability, for
    good (bounding set, then capset), with no new privileges, and installs the seccomp
@@ -26,11 +28,9 @@ runs a worker (:func:`isolate`)
    it runs as uid 65534 and cannot undo a mount.
 
 When the worker ends, its namespaces end, and all it wrote with them.
-Its ``/proc`` stays the sandbox's: it lists the zygote and the workers of the
-same class run by pid and command line, but their memory, descriptors and
-environment are another user namespace's, closed to it, and it cannot signal
-them (they are outside its pid namespace). A /proc of its own cannot be
-mounted: bubblewrap's read-only covers of ``/proc/sys`` are locked in place.
+It sees no other process: the sandbox's ``/proc`` listed the zygote and every
+worker of the class alive, and any of them could read another's command line,
+name and signal mask (a channel between two students graded together).
 
 :func:`measure` is what the worker then reports on its "ready" line, from inside.
 Only the standard library is imported here.
@@ -50,12 +50,18 @@ WORK, HOME, TMP, SHM = "/run/work", "/run/home", "/run/tmp", "/run/shm"
 TMPFS = "size=256m,nr_inodes=16384,mode=0755"
 #: Mounts left writable: the kernel's own views (the worker's writes there are its own process's).
 KERNEL_FILESYSTEMS = ("proc", "devpts", "mqueue", "sysfs", "cgroup", "cgroup2")
-#: Files of /proc that list every key of the grader's user.
-KEY_LISTS = ("/proc/keys", "/proc/key-users")
+#: The least ``pid_max`` the kernel takes: a worker's pid namespace holds at most 300 processes
+#: (a cgroup's ``pids.max``, where there is one, bounds them lower: :data:`grader.sandbox.cgroups.PIDS`).
+PID_MAX = 301
+PID_MAX_KERNEL = (6, 14)
+#: The system files of a worker's own /proc (:func:`_own_proc`): what Python, torch and the
+#: grader read there. Not the keys, the page frames (``kpage*``), ``kcore``, ``kmsg``, ``sysrq-trigger``.
+PROC_FILES = ("cpuinfo", "meminfo", "stat", "loadavg", "uptime", "version", "filesystems", "sys",
+              "cgroups", "swaps")
 UID = 65534
 _NEWNS, _NEWUSER, _NEWPID, _NEWNET, _NEWIPC = 0x20000, 0x10000000, 0x20000000, 0x40000000, 0x08000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 1, 2, 4, 32
-_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+_MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 4096, 8192, 16384, 1 << 18
 #: Mount options as /proc/self/mountinfo writes them, and their flags: a remount must keep those the
 #: kernel locked when the namespace was made (nosuid, nodev, noexec, the atime ones).
 _OPTION_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": 8, "noatime": 1024,
@@ -127,6 +133,7 @@ def isolate() -> None:
         _relay(pid)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the minder kills the process above
     os.setsid()  # a session of its own, inside its pid namespace
+    _bound_processes()
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _read_only_inherited()
     _mount("tmpfs", "/run", "tmpfs", _MS_NOSUID | _MS_NODEV, TMPFS)  # the rest of /run: gone
@@ -137,14 +144,66 @@ def isolate() -> None:
         _mount(TMP, "/tmp", None, _MS_BIND)
     if os.path.isdir("/dev/shm"):
         _mount(SHM, "/dev/shm", None, _MS_BIND)
-    for listing in KEY_LISTS:
-        if os.path.exists(listing):
-            _mount("/dev/null", listing, None, _MS_BIND)
+    _own_proc()
     _no_terminals()
     os.chdir(WORK)
     syscalls.own_keyring()
     drop_capabilities()
     syscalls.forbid()
+
+
+def per_namespace_pid_max() -> bool:
+    """Whether this kernel keeps ``pid_max`` per pid namespace (Linux 6.14 and later). Before,
+    the file was the machine's: it is never written there."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= PID_MAX_KERNEL
+
+
+def _bound_processes() -> None:
+    """At most :data:`PID_MAX` - 1 processes and threads in this pid namespace, whatever the uid:
+    ``RLIMIT_NPROC`` does not bind root, and a cgroup's ``pids.max`` is not on every machine.
+    Only where ``pid_max`` is the namespace's own (:func:`per_namespace_pid_max`); refused
+    (a user who is not root, a kernel that says no) it is left as it was."""
+    if not per_namespace_pid_max():
+        return
+    try:
+        with open("/proc/sys/kernel/pid_max", "w") as f:
+            f.write(str(PID_MAX))
+    except OSError:
+        pass
+
+
+def _own_proc() -> None:
+    """A ``/proc`` that shows this worker alone: the sandbox's lists every process of bubblewrap's
+    pid namespace (the zygote, and every worker of the class alive now, whose command line, name
+    and signal mask anyone may read), and a fresh proc cannot be mounted over it (bubblewrap's
+    covers of ``/proc/irq`` and ``/proc/bus`` are locked in place). So a read-only tmpfs takes
+    its place, holding, each bound read-only: ``self`` (this process's own folder; its children
+    see it too), the system files of :data:`PROC_FILES`, and the links ``thread-self``, ``mounts``
+    and ``net`` into ``self``. No other process's folder is there, no ``/proc/sys`` entry can be
+    written (a worker of root is uid 0 to the kernel's file checks: ``core_pattern`` was writable),
+    and nothing of the page frames (``kpageflags``) or the keys is in view."""
+    own = os.readlink("/proc/self")  # this process's number in the sandbox's pid namespace
+    staging = "/run/proc"
+    os.mkdir(staging)
+    _mount("tmpfs", staging, "tmpfs", _MS_NOSUID | _MS_NODEV | 8, "size=4k,nr_inodes=64,mode=0555")
+    entries = [("self", f"/proc/{own}")]
+    entries += [(name, f"/proc/{name}") for name in PROC_FILES if os.path.exists(f"/proc/{name}")]
+    for name, source in entries:
+        target = f"{staging}/{name}"
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        _mount(source, target, None, _MS_BIND | _MS_REC)
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | 8)
+    for name, to in (("thread-self", "self"), ("mounts", "self/mounts"), ("net", "self/net")):
+        os.symlink(to, f"{staging}/{name}")
+    _mount(None, staging, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | 8)
+    _mount(staging, "/proc", None, _MS_MOVE)
 
 
 def _no_terminals() -> None:
@@ -174,6 +233,15 @@ def _relay(pid: int) -> None:
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code if code >= 0 else 1)
+
+
+def _read_first(path: str) -> str:
+    """The first word of a small file, or "?"."""
+    try:
+        with open(path) as f:
+            return (f.read(40).split() or ["?"])[0]
+    except OSError:
+        return "?"
 
 
 def _status_field(name: str) -> str:
@@ -214,6 +282,7 @@ def measure(secrets: list[str]) -> dict[str, str]:
         "pid": str(os.getpid()),
         "net": "lo" if interfaces == ["lo"] else str(len(interfaces)),
         "seen": str(len(seen)),
+        "pidmax": _read_first("/proc/sys/kernel/pid_max"),
         **({"first": str(seen[0])} if seen else {}),
     }
 

@@ -48,6 +48,7 @@ class Worker:
         self.dir, self.server, self.confined = tmp, server, confined
         self.proc: zygote.Forked | None = None
         self.measured: dict[str, str] = {}
+        self._sending: threading.Thread | None = None  # the last part's writer: parts go in order
         self.socket = server if isinstance(server, str) else str(server.socket)
         self.token = os.urandom(8).hex()
         # The worker's results: a file of this grading's, handed over as a descriptor (no folder)
@@ -107,18 +108,26 @@ class Worker:
             self.cgroup.remove()
             self.cgroup, self.limited = None, f"none: {e.strerror or e}"
 
-    def send(self, job: Any) -> None:
-        """Write the job to the worker's stdin from a thread (the pipe may be full until it reads)."""
-        data = jobwire.dumps(job)
+    def send(self, part: Any, *, last: bool = False) -> None:
+        """Write one part of the job (:func:`grader.sandbox.jobwire.frame`) to the worker's stdin
+        from a thread (the pipe may be full until it reads), in the order given; ``last``: close
+        the pipe after it."""
+        data = jobwire.frame(part)
+        before = self._sending
 
         def write() -> None:
+            if before is not None:
+                before.join()
             try:
                 self.proc.stdin.write(data)
-                self.proc.stdin.close()
+                self.proc.stdin.flush()
+                if last:
+                    self.proc.stdin.close()
             except (BrokenPipeError, OSError, ValueError):
                 pass
 
-        threading.Thread(target=write, daemon=True).start()
+        self._sending = threading.Thread(target=write, daemon=True)
+        self._sending.start()
 
     def lines(self, wait: float) -> list[str]:
         """Status lines that arrived within ``wait`` seconds (maybe none)."""

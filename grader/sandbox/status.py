@@ -3,7 +3,10 @@
 The worker announces each event with one line (see :mod:`grader.sandbox.worker`)::
 
     ready KEY=VALUE ...     refused WHY     cell I     loaded RECORD     start E
-    check E C RECORD        done E          bye DROPPED
+    check E C RECORD        half E          public     resume E          done E     bye DROPPED
+
+(``start``/``half`` frame an exercise's public checks, ``resume``/``done`` its hidden ones,
+and ``public`` asks for the hidden checks once every exercise's public ones ran)
 
 where a RECORD is ``OFFSET LENGTH`` in the worker's results file (:class:`grader.sandbox.channel.Log`).
 Student code can find the pipe and write to it, so :class:`Lines` keeps at most
@@ -36,6 +39,9 @@ _GRAMMAR = {
     "loaded": re.compile(_RECORD),
     "start": re.compile(_N),
     "check": re.compile(rf"{_N} {_N} {_RECORD}"),
+    "half": re.compile(_N),
+    "public": re.compile(r""),
+    "resume": re.compile(_N),
     "done": re.compile(_N),
     "bye": re.compile(rf"{_N}?"),
 }

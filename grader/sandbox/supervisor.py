@@ -42,9 +42,12 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
         cell_label: Callable[[int], str] = str) -> dict[str, str]:
     """Grade exercises ``pending`` (indices, in order), forking workers from ``server`` as needed.
 
-    ``make_job(indices)`` builds the job for a worker; ``found_of()`` gives the
-    indices the first load found (None if loading failed). Returns what the first
-    worker measured of its sandbox (empty if none started).
+    ``make_job(indices)`` builds the job for a worker, in three parts: the job itself (the cells,
+    the exercises' names), the public checks' calls and the hidden checks' calls (each
+    ``{index: [CheckJob]}``), sent in that order, each only when the one before has been
+    answered: the calls once the submission has loaded, the hidden ones once every public check
+    was judged. ``found_of()`` gives the indices the first load found (None if loading failed).
+    Returns what the first worker measured of its sandbox (empty if none started).
     """
     left = list(pending)
     n = 0
@@ -59,11 +62,12 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
             if why is not None:
                 handler.grader_failed(why)
                 return measured
-            job = make_job(left)
+            job, public, hidden = make_job(left)
             worker.sites = {c.filename.strip("<>") for c in getattr(job, "cells", ())}
             worker.secrets = list(getattr(job, "secrets", ()))
             worker.send(job)
             state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
+            state.parts, state.found_of = [public, hidden], found_of
             state.drive()
         finally:
             worker.stop()
@@ -87,7 +91,7 @@ class _Drive:
                  *, first: bool):
         self.w, self.limits, self.h = worker, limits, handler
         self.cell_label, self.pending, self.first = cell_label, pending, first
-        self.phase = "startup"  # startup -> loading -> grading -> bye
+        self.phase = "startup"  # startup -> loading -> grading (public checks) -> hidden -> bye
         self.cell: int | None = None
         self.current: int | None = None  # exercise in progress
         self.finished: set[int] = set()
@@ -97,7 +101,11 @@ class _Drive:
         # Absolute: set once per phase and per exercise, and never past the grading's own end.
         self.until = float("inf")
         self.started: set[int] = set()
+        self.halved: set[int] = set()  # exercises whose public checks all ran
+        self.resumed: set[int] = set()
         self.checked: set[tuple[int, int]] = set()
+        self.parts: list[Any] = [{}, {}]  # the public checks' calls, then the hidden ones (run sets them)
+        self.found_of: Callable[[], set[int] | None] = lambda: None
 
     def _exercise_deadline(self) -> None:
         self.deadline = min(time.monotonic() + self.limits.timeout + self.limits.grace, self.until)
@@ -142,11 +150,14 @@ class _Drive:
                     self.h.loaded(channel.loaded_from_data(receive_record(self.w.results, args[0])))
                 except channel.ChannelError as e:
                     self.h.loaded(e)
-        elif word == "start" and self.current is None and ei in self.pending and ei not in self.started:
+            self.w.send(self.parts[0])  # what the load said is read: now the public calls
+        elif word == "start" and self.phase == "grading" and self.current is None and ei in self.pending \
+                and ei not in self.started:
             self.current = ei
             self.started.add(ei)
             self._exercise_deadline()
-        elif word == "check" and ei == self.current is not None and (ei, args[1]) not in self.checked:
+        elif word == "check" and ei == self.current is not None and (ei, args[1]) not in self.checked \
+                and ((ei, args[1]) in self._public()) == (self.phase == "grading"):
             self.checked.add((ei, args[1]))
             try:
                 data = receive_record(self.w.results, args[2])
@@ -156,16 +167,41 @@ class _Drive:
             except channel.ChannelError as e:
                 outcomes = e
             self.h.check(ei, args[1], outcomes)
-        elif word == "done" and ei == self.current is not None:
+        elif word == "half" and self.phase == "grading" and ei == self.current is not None \
+                and ei not in self.halved:
+            self.halved.add(ei)
+            self.current = None
+            self._exercise_deadline()
+        elif word == "public" and self.phase == "grading" and self.current is None and not self.resumed \
+                and self._public_judged():
+            self.phase = "hidden"
+            self.w.send(self.parts[1], last=True)  # every public check is judged: now the hidden calls
+        elif word == "resume" and self.phase == "hidden" and self.current is None and ei in self.halved \
+                and ei not in self.resumed:
+            self.current = ei
+            self.resumed.add(ei)
+            self._exercise_deadline()
+        elif word == "done" and ei == self.current is not None and ei in self.resumed:
             self.finished.add(ei)
             self.current = None
             self.h.exercise_done(ei)
             self._exercise_deadline()
-        elif word == "bye" and self.phase == "grading" and self.current is None:
+        elif word == "bye" and self.phase in ("grading", "hidden") and self.current is None:
             self.phase = "bye"
             self.bye = True
         else:
             raise channel.ChannelError(f"a status line out of order ({word})")
+
+    def _public(self) -> set[tuple[int, int]]:
+        """(exercise, check) of the public checks sent: answered before the hidden calls, never after."""
+        return {(ei, c.index) for ei, checks in self.parts[0].items() for c in checks}
+
+    def _public_judged(self) -> bool:
+        """Whether every exercise this worker grades has run its public checks (said "half"): only
+        then may the hidden calls go to it. Its own word is not enough (student code can write
+        "public" on the status pipe): the parent counts."""
+        found = self.found_of() or set()
+        return all(i in self.halved for i in self.pending if i in found)
 
     def drive(self) -> None:
         limits = self.limits

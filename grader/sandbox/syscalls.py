@@ -16,10 +16,14 @@ beside ``read``, ``statx`` beside ``newfstatat``, ``exit_group``, the ``timer*``
 and System V and POSIX IPC (the worker's IPC namespace is its own). Everything else fails with
 ENOSYS, as on a kernel without it (C libraries then fall back: glibc's threads from ``clone3``
 to ``clone``), except the calls of :data:`ERRORS`, which answer as before this filter (keyrings
-EPERM, ``fallocate`` EOPNOTSUPP, file handles EPERM). Two allowed calls are allowed only in
-part: ``clone`` without any namespace flag (a thread or a process, never a user namespace), and
-``fcntl`` without locks or leases (:data:`FCNTL`). A call from another architecture's entry
-point (32-bit ``int 0x80``, x32), whose numbers differ, fails with ENOSYS too.
+EPERM, ``fallocate`` EOPNOTSUPP, file handles EPERM). Three allowed calls are allowed only in
+part: ``clone`` without any namespace flag (a thread or a process, never a user namespace),
+``fcntl`` without locks or leases (:data:`FCNTL`), and ``preadv2``/``pwritev2`` without
+:data:`RWF_NOWAIT` (EOPNOTSUPP). What tells which pages of a file are in the page cache without
+timing -- ``mincore``, ``cachestat``, ``RWF_NOWAIT`` -- is refused: the page cache is the
+machine's, and a student graded later would read what pages an earlier one touched.
+A call from another architecture's entry point (32-bit ``int 0x80``, x32), whose numbers
+differ, fails with ENOSYS too.
 
 The filter is built with libseccomp (``pyseccomp``, which wraps the system's libseccomp2)
 rather than by hand: it knows every architecture's numbers and compiles the argument tests.
@@ -51,7 +55,7 @@ sched_getparam sched_getscheduler sched_get_priority_max sched_get_priority_min 
 readv writev pwrite64 preadv pwritev preadv2 pwritev2 dup dup3 pipe ppoll select epoll_create epoll_ctl
 epoll_wait epoll_pwait epoll_pwait2 eventfd fstatfs statfs statx lstat readlinkat faccessat faccessat2
 mkdirat renameat renameat2 rename link linkat symlinkat fsync fdatasync ftruncate truncate msync
-mincore membarrier get_mempolicy set_mempolicy getsockopt setsockopt getpeername socketpair recvmmsg
+membarrier get_mempolicy set_mempolicy getsockopt setsockopt getpeername socketpair recvmmsg
 sendmmsg accept rt_sigsuspend rt_sigtimedwait rt_sigpending pause tkill waitid fchmod fchmodat
 utimensat utime utimes futimesat getdents timer_create timer_settime timer_gettime timer_getoverrun
 timer_delete timerfd_create timerfd_settime timerfd_gettime getitimer alarm copy_file_range sendfile
@@ -72,6 +76,7 @@ inotify_init inotify_init1 inotify_add_watch fanotify_init fanotify_mark name_to
 open_by_handle_at io_uring_setup io_uring_enter io_uring_register clone3 personality acct swapon swapoff
 reboot settimeofday clock_settime adjtimex clock_adjtime syslog quotactl chroot iopl ioperm
 modify_ldt uselib pidfd_getfd pidfd_open process_madvise mknod mknodat fallocate
+mincore cachestat readahead fadvise64
 """.split())
 #: ``clone`` flags that make namespaces: a clone with any of them is refused (EPERM).
 CLONE_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
@@ -82,6 +87,9 @@ FCNTL = {"F_DUPFD": 0, "F_GETFD": 1, "F_SETFD": 2, "F_GETFL": 3, "F_SETFL": 4, "
          "F_GETOWN": 9, "F_SETSIG": 10, "F_GETSIG": 11, "F_SETOWN_EX": 15, "F_GETOWN_EX": 16,
          "F_DUPFD_CLOEXEC": 1030, "F_SETPIPE_SZ": 1031, "F_GETPIPE_SZ": 1032, "F_ADD_SEALS": 1033,
          "F_GET_SEALS": 1034}
+#: The flag of ``preadv2``/``pwritev2`` that answers EAGAIN where a page is not cached: the page
+#: cache's state, read without timing (one student's reads seen by the next).
+RWF_NOWAIT = 0x8
 _KEYCTL = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_JOIN_SESSION_KEYRING = 1
 
@@ -119,7 +127,7 @@ def build():
     sc = _library()
     f = sc.SyscallFilter(sc.ERRNO(errno.ENOSYS))
     f.set_attr(sc.Attr.ACT_BADARCH, sc.ERRNO(errno.ENOSYS))
-    for name in sorted(ALLOWED - {"clone", "fcntl"}):
+    for name in sorted(ALLOWED - {"clone", "fcntl", "preadv2", "pwritev2"}):
         try:
             f.add_rule(sc.ALLOW, name)
         except (OSError, ValueError, RuntimeError):
@@ -127,6 +135,9 @@ def build():
     for name, err in ERRORS.items():
         f.add_rule(sc.ERRNO(err), name)
     f.add_rule(sc.ALLOW, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_NAMESPACES, 0))
+    for name in ("preadv2", "pwritev2"):  # flags are argument 5 (the offset takes two)
+        f.add_rule(sc.ALLOW, name, sc.Arg(5, sc.MASKED_EQ, RWF_NOWAIT, 0))
+        f.add_rule(sc.ERRNO(errno.EOPNOTSUPP), name, sc.Arg(5, sc.MASKED_EQ, RWF_NOWAIT, RWF_NOWAIT))
     for cmd in FCNTL.values():
         f.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, cmd))
     return f

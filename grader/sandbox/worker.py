@@ -5,14 +5,16 @@ inside the sandbox, into namespaces of its own (:mod:`grader.sandbox.namespaces`
 with its own session, a scrubbed environment and limits. It never imports the
 reference (``attnmask``) or the checks' judges; it only
 
-1. reads the :class:`Job` (cells to run and calls to make) from stdin, then
+1. reads the :class:`Job` (the cells to run, the exercises' names) from stdin, then
    points stdin at /dev/null for the student's code,
 2. measures its confinement from inside and says "ready" with what it found;
    if the sandbox does not hold, it stops there, before any student code,
 3. runs the submission's cells (:func:`grader.submission.run_cells`),
-4. for each exercise, makes every call with :func:`grader.sandbox.execute.execute` and
-   appends the outcomes of each check to its results file (:mod:`grader.sandbox.channel`),
-   announcing progress with one line per event on the status pipe.
+4. reads the public checks' calls (sent only once it said "loaded"), and for each exercise
+   makes them with :func:`grader.sandbox.execute.execute`, appending the outcomes of each check
+   to its results file (:mod:`grader.sandbox.channel`); then says "public", reads the hidden
+   checks' calls (sent only once the parent has every public outcome) and makes those;
+   one line per event on the status pipe.
 
 If it dies or hangs, the parent knows from the last status line where it was,
 charges that exercise only, and starts a fresh worker for the rest.
@@ -52,7 +54,7 @@ class CheckJob:
 @dataclass
 class Job:
     cells: list[Cell]
-    exercises: list[tuple[int, str, list[CheckJob]]]  # (index in the grading run, name, checks)
+    exercises: list[tuple[int, str, list[CheckJob]]]  # (index in the grading run, name, []): calls come later
     cell_budget: float
     exercise_budget: float
     memory_bytes: int | None = None
@@ -176,10 +178,13 @@ def _run_call(fn, call: Call, want_grads: bool, seconds: float) -> Outcome:
                            timed_out=f"{TIME_LIMIT}: stopped after the exercise's time limit")
 
 
-def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, status: _Status,
-                  log: channel.Log) -> None:
-    status.send(f"start {ei}")
-    deadline = time.monotonic() + job.exercise_budget
+def _run_exercise(ei: int, fn, checks: list[CheckJob], budget: float, status: _Status, log: channel.Log,
+                  words: tuple[str, str]) -> float:
+    """Make the calls of ``checks`` within ``budget`` seconds, between the status lines ``words``
+    (start/half for the public pass, resume/done for the hidden one); returns the seconds used."""
+    status.send(f"{words[0]} {ei}")
+    began = time.monotonic()
+    deadline = began + budget
     for check in checks:
         outcomes = []
         for call in check.calls:
@@ -195,7 +200,8 @@ def _run_exercise(ei: int, name: str, fn, checks: list[CheckJob], job: Job, stat
             err = Outcome(error=f"GraderError: what came back could not be saved ({why})")
             where = log.append([channel.outcome_to_data(err)] * len(outcomes))
         status.send(f"check {ei} {check.index} {where}")
-    status.send(f"done {ei}")
+    status.send(f"{words[1]} {ei}")
+    return time.monotonic() - began
 
 
 def prepare() -> None:
@@ -220,7 +226,8 @@ def serve(status_fd: int, results_fd: int, confined: bool) -> None:
     """Read the job from stdin, measure the sandbox (when ``confined``), run the job, its records
     appended to ``results_fd``; never returns."""
     status = _Status(status_fd)
-    job: Job = jobwire.loads(sys.stdin.buffer.read())
+    pipe = os.dup(0)  # the job's pipe: what to call arrives on it only after the submission loaded
+    job: Job = jobwire.read_frame(pipe)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     if devnull != 0:
@@ -253,9 +260,19 @@ def serve(status_fd: int, results_fd: int, confined: bool) -> None:
     log = channel.Log(results_fd)
     where = log.append({"found": {n: where for n, (_, where) in found.items()}, "errors": loaded.errors})
     status.send(f"loaded {where}")
-    for ei, name, checks in job.exercises:
-        if name in found:
-            _run_exercise(ei, name, found[name][0], checks, job, status, log)
+    graded = [(ei, found[name][0]) for ei, name, _ in job.exercises if name in found]
+    if graded:
+        # The calls come now, in two parts: every exercise's public checks, and once they have all
+        # run, the hidden ones. Nothing that ran while loading, nor any public check, had a hidden case
+        # in reach: the parent sends them after it has judged every public check (grader.hidden).
+        public = jobwire.read_frame(pipe)
+        used = {ei: _run_exercise(ei, fn, public.get(ei, []), job.exercise_budget, status, log,
+                                  ("start", "half")) for ei, fn in graded}
+        status.send("public")
+        hidden = jobwire.read_frame(pipe)
+        for ei, fn in graded:
+            _run_exercise(ei, fn, hidden.get(ei, []), job.exercise_budget - used[ei], status, log,
+                          ("resume", "done"))
     status.send(f"bye {out.dropped + err.dropped}")
     # Skip interpreter shutdown: student threads or atexit hooks must not keep us alive.
     os._exit(0)
