@@ -218,10 +218,12 @@ def tile_lists_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     values = lambda name, calls, **kw: Check(name, calls, tile_judge.tile_lists_judge(R), **kw)  # noqa: E731
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
     boundary = tiled_classes_mask(pub, 1, 1, 6, 10, 4)
+    boundary[..., 4:, :4] = boundary[..., 8:] = True  # full boundary tiles, rows 4..5 and keys 8..9
+    boundary[..., :4, 4:8] = False  # and an empty one
     checks = [
         values("causal, L = 8, tile 4", [Call((am.causal_mask(8)[None, None], 4))], public=True),
         values("Lq = 6 ≠ Lk = 10, tile 4: boundary tiles", [Call((boundary, 4))], public=True),
-        values("B = 2, H = 3, each head its own window, tile 3", [Call((head_windows(2, 3, 9), 3))],
+        values("B = 2, H = 3, each head its own window, L = 10, tile 3", [Call((head_windows(2, 3, 10), 3))],
                public=True),
     ]
     if not hidden:
@@ -240,10 +242,11 @@ def tile_lists_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         values("Lq ≠ Lk", [drawn(Lq=cases.integer(gen, 7, 13), Lk=cases.integer(gen, 14, 22))]),
         values("causal, sliding windows and documents per head", [Call((head_windows(2, 3, L), 4))]),
         values("tile = 1: every cell its own tile", [Call((small, 1))]),
-        values("tile ≥ L: one tile", [Call((head_windows(2, 2, 6), 6)), Call((head_windows(2, 2, 6), 9))],
-               kind="edge"),
+        values("tile ≥ L: one tile", [Call((head_windows(2, 2, 6), 6)), Call((head_windows(2, 2, 6), 9)),
+                                      Call((torch.ones(1, 2, 5, 7, dtype=torch.bool), 8))], kind="edge"),
         Check("returns int32", [drawn()], tile_judge.tile_dtype_judge(R), kind="property"),
-        P.on_device(R, "on mask's device, vectorised (meta)", [Call((head_windows(1, 2, 10), 4), device="meta")]),
+        P.on_device(R, "on mask's device, vectorised (meta)",
+                    [Call((head_windows(1, 2, 10), 4), device="meta")]),
         P.unchanged(R, "does not modify mask", [drawn()]),
         Check("matches on CUDA", [c for call in [drawn()] for c in (Call(call.args, {}, "cuda"), call)],
               tile_judge.tile_lists_judge(R, on_cuda=True), requires="cuda"),

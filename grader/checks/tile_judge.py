@@ -20,7 +20,9 @@ from .judges import Recipe, cpu_args, float_dtype, inputs_of, raised, rebuildabl
 NAMES = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
 #: A tile's class as a character in the grids of the feedback: empty, partial, full, in both lists.
 SIGNS = ".pF#"
-CLASSES = ("empty", "partial", "full", "in both lists")
+CLASSES = ("empty", "partial", "full", "partial and full")
+#: How the student's lists hold a tile of each class.
+LISTED = ("in neither list", "listed as partial", "listed as full", "listed as partial and as full")
 ASCENDING = ("must list the tiles in increasing order: the first {count} entries of row {row} are {got}; "
              "a kernel walks the keys from left to right")
 
@@ -101,8 +103,8 @@ def judge_lists(recipe: Recipe, call: Call, outcome: Outcome) -> Verdict | None:
     tile = call.args[1] if len(call.args) > 1 else call.kwargs.get("tile", 64)
     Lq, Lk = call.args[0].shape[2:]
     where = (f"tile ({b}, {h}, {i}, {j}) (queries {i * tile}..{min((i + 1) * tile, Lq) - 1}, keys "
-             f"{j * tile}..{min((j + 1) * tile, Lk) - 1}) is {CLASSES[int(mine[b, h, i, j])]} in your lists; "
-             f"expected {CLASSES[int(want[b, h, i, j])]}")
+             f"{j * tile}..{min((j + 1) * tile, Lk) - 1}) is {LISTED[int(mine[b, h, i, j])]}; "
+             f"it is {CLASSES[int(want[b, h, i, j])]}")
     detail = (f"inputs: {inputs}\nclasses of (b, h) = ({b}, {h}), '.' empty, 'p' partial, 'F' full, "
               f"'#' in both lists; query tiles down, key tiles across\nexpected:\n{grid(want[b, h])}\n"
               f"got:\n{grid(mine[b, h])}")
