@@ -1,4 +1,4 @@
-"""Chapter 3, padding: ``padding_mask``.
+"""Chapter 3, padding: ``padding_mask``, and ``padded_encoder``, which needs it in every layer.
 
 :func:`lengths_mask_checks` gives the hidden checks of a mask built from
 ``(lengths, max_len)``; chapter 4 reuses it for ``decoder_mask``.
