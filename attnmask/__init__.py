@@ -6,8 +6,10 @@ D model width, d head width.
 """
 
 from .attention import Plan, attention, attention_plan
+from .block_sparsity import tile_lists
 from .cache import KVCache, kv_cache_attention
 from .diagnosis import LEAK_TOL, LayerStack, PaddedDecoder, find_leaking_layer, leaks_across_padding
+from .encoder import padded_encoder
 from .influence import influence_matrix
 from .kernels import block_sparse_backward, block_sparse_forward
 from .linear import decay_mask, decay_scan, linear_attention
@@ -83,6 +85,7 @@ CONTRACT = (
     "masked_softmax",
     "attention",
     "padding_mask",
+    "padded_encoder",
     "decoder_mask",
     "leaks_across_padding",
     "encoder_decoder_masks",
@@ -91,6 +94,7 @@ CONTRACT = (
     "sliding_window_mask",
     "prefix_lm_mask",
     "document_mask",
+    "tile_lists",
     "tiled_attention",
     "tiled_attention_backward",
     "tiled_attention_fn",
@@ -179,6 +183,7 @@ __all__ = [
     "packed_labels",
     "packed_position_ids",
     "padded_chunked_mask",
+    "padded_encoder",
     "padding_mask",
     "paged_attention",
     "prefix_lm",
@@ -196,6 +201,7 @@ __all__ = [
     "sliding_window_mask",
     "split_kv_attention",
     "TiledAttentionFunction",
+    "tile_lists",
     "tiled_attention",
     "tiled_attention_backward",
     "tiled_attention_fn",

@@ -178,4 +178,18 @@ MISTAKES: dict[str, str] = {
                  "subtract a maximum that includes padded scores) and move real outputs by a relative 1e-6 "
                  "or less, which is about 1e-2 for outputs near 1e4. Compare with torch.allclose(rtol=1e-4,"
                  " atol=1e-5): not torch.equal, and not an absolute tolerance alone.",
+    "first_layer_only": "only the first layer masks the padded keys: after it, the hidden states at padded "
+                        "positions still carry what the padding held, and a later layer that does not mask "
+                        "them reads it back into the real tokens. Every layer needs the key mask.",
+    "mask_on_queries": "the padding mask hides padded queries (rows) instead of padded keys (columns): real "
+                       "tokens still read the padding, and a padded row loses every key. The mask belongs on "
+                       "the key axis, broadcast over the queries.",
+    "full_as_partial": "full tiles are listed as partial: a tile whose every cell may attend needs no mask, "
+                       "so it belongs in full_kv_indices only (a kernel then skips the mask there).",
+    "empty_listed": "empty tiles are listed: a tile none of whose cells may attend is in neither list (a "
+                    "kernel skips it).",
+    "boundary_cells": "the last tiles are judged with cells past Lq or Lk: a boundary tile holds only "
+                      "the cells inside the mask: full when all of those may attend, empty when none may.",
+    "one_head_mask": "one head's (or one sequence's) mask is used for all: each (b, h) has its own mask and "
+                     "its own lists.",
 }

@@ -136,7 +136,7 @@ def padded(gen: torch.Generator, B: int, L: int, left: bool, dtype=torch.long) -
     return (keep.flip(-1) if left else keep).to(dtype)
 
 
-@exercise(2.5, "image_text_mask(is_image, attention_mask): bool (B, 1, L, L), key j real and (j <= i or "
+@exercise(2, "image_text_mask(is_image, attention_mask): bool (B, 1, L, L), key j real and (j <= i or "
           "i, j in the same maximal run of image tokens).")
 def image_text_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = IMAGES
@@ -213,7 +213,7 @@ def ring(n_written, slots: int, Lq: int) -> tuple[torch.Tensor, torch.Tensor]:
     return am.rolling_slot_positions(n, slots), n[:, None] - Lq + torch.arange(Lq)
 
 
-@exercise(2.0, "rolling_cache_mask(slot_pos, q_pos, window): bool (B, 1, Lq, W), slot_pos >= 0 and "
+@exercise(2, "rolling_cache_mask(slot_pos, q_pos, window): bool (B, 1, Lq, W), slot_pos >= 0 and "
           "q_pos - window < slot_pos <= q_pos.")
 def rolling_cache_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ROLLING
@@ -415,7 +415,7 @@ def random_tree(gen: torch.Generator, N: int, deep: bool = False) -> torch.Tenso
     return torch.tensor(out, dtype=torch.long)
 
 
-@exercise(2.0, "tree_mask(parents, past_len): bool (N, past_len + N), every committed key, and draft key "
+@exercise(2, "tree_mask(parents, past_len): bool (N, past_len + N), every committed key, and draft key "
           "past_len + a for a = i or an ancestor of i.")
 def tree_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = TREE

@@ -316,7 +316,7 @@ def _needs_triton(checks: list[Check]) -> list[Check]:
     return checks
 
 
-@exercise(2.0, "block_sparse_forward(q, k, v, mask, kv_num_blocks, kv_indices, full_kv_num_blocks, "
+@exercise(3, "block_sparse_forward(q, k, v, mask, kv_num_blocks, kv_indices, full_kv_num_blocks, "
           "full_kv_indices, tile=16): (out, lse) of attention computed by a @triton.jit kernel that visits "
           "only the listed key tiles (full ones unmasked, partial ones masked by mask); out 0 and lse -inf "
           "on a row with no allowed key; lse float32, natural log.")
@@ -349,7 +349,7 @@ def block_sparse_forward_checks(seed: int = 0, hidden: bool = True) -> list[Chec
                  Call(blocky(gen, 2, 2, Lq, Lk, d, dv, dtype=F16), device="cuda"))]
 
 
-@exercise(2.0, "block_sparse_backward(q, k, v, out, lse, d_out, mask, kv_num_blocks, kv_indices, "
+@exercise(3, "block_sparse_backward(q, k, v, out, lse, d_out, mask, kv_num_blocks, kv_indices, "
           "full_kv_num_blocks, full_kv_indices, tile=16): (dq, dk, dv) from the saved lse with D = "
           "rowsum(d_out * out), computed by @triton.jit kernels over the same tile lists; zeros where no "
           "allowed cell reaches; in the inputs' dtypes.")

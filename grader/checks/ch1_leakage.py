@@ -40,7 +40,7 @@ CAUSAL = J.Recipe("causal_mask", am.causal_mask, ("n",),
                   (J.Out("mask", "mask", "(n, n)", square),), diagnose_causal)
 
 
-@exercise(1.0, "causal_mask(n, *, device=None): bool (n, n), True where key j <= query i.")
+@exercise(1, "causal_mask(n, *, device=None): bool (n, n), True where key j <= query i.")
 def causal_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     public = [("matches reference (n=4)", (4,)), ("a single token sees itself (n=1)", (1,))]
     # the second public case is degenerate (edge): any mask with a True passes it
@@ -102,7 +102,7 @@ INFLUENCE = J.Recipe("influence_matrix", am.influence_matrix, ("f", "x"),
                      diagnose_influence, kept=(1,))
 
 
-@exercise(3.0, "influence_matrix(f, x): for x (L, d), the (L, L) matrix of Frobenius norms ||∂f(x)[i] / "
+@exercise(2.5, "influence_matrix(f, x): for x (L, d), the (L, L) matrix of Frobenius norms ||∂f(x)[i] / "
           "∂x[j]||; x unchanged.")
 def influence_matrix_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = INFLUENCE

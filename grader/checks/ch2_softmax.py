@@ -58,7 +58,7 @@ ADDITIVE = J.Recipe(
 )
 
 
-@exercise(1.5, "to_additive(mask, dtype=torch.float32): 0 where the mask is True, -inf (or <= "
+@exercise(1, "to_additive(mask, dtype=torch.float32): 0 where the mask is True, -inf (or <= "
           "finfo(dtype).min) where False; same shape, requested dtype, on the mask's device.")
 def to_additive_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ADDITIVE
@@ -152,7 +152,7 @@ def lowest_allowed(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tens
     return torch.where(rows & mask, low, scores), mask
 
 
-@exercise(3.0, "masked_softmax(scores, mask): softmax over the last dim with the bool mask applied "
+@exercise(2.5, "masked_softmax(scores, mask): softmax over the last dim with the bool mask applied "
           "before normalising; fully masked rows give zeros, never NaN.")
 def masked_softmax_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = SOFTMAX
@@ -284,7 +284,7 @@ def real_rows(call: Call) -> torch.Tensor:
 
 
 
-@exercise(3.0, "attention(q, k, v, mask=None): scaled dot-product attention with scale 1/sqrt(d); "
+@exercise(2.5, "attention(q, k, v, mask=None): scaled dot-product attention with scale 1/sqrt(d); "
           "returns (out (..., Lq, dv), weights (..., Lq, Lk)), zeros for fully masked rows.")
 def attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ATTENTION

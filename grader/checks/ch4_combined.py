@@ -290,7 +290,7 @@ def decoder_set(gen: torch.Generator, n_safe: int, n_noisy: int, n_leaky: int) -
             + [decoder_call(gen, pick(LEAKY), i >= n_leaky // 2) for i in range(n_leaky)])
 
 
-@exercise(3.0, "leaks_across_padding(decoder, tokens, lengths): True when an output of decoder at a real "
+@exercise(3, "leaks_across_padding(decoder, tokens, lengths): True when an output of decoder at a real "
           "position of the left-padded batch changes (beyond rtol 1e-4, atol 1e-5) as the padding tokens "
           "change, else False.")
 def leaks_across_padding_checks(seed: int = 0, hidden: bool = True) -> list[Check]:

@@ -208,7 +208,7 @@ def mha_real_rows(call: Call) -> torch.Tensor:
     return call.args[-1][:, 0, 0, :]  # (B, L)
 
 
-@exercise(3.5, "multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None): (B, Lq, D) with "
+@exercise(3, "multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None): (B, Lq, D) with "
           "heads of width d = D // n_heads, weights applied as x @ w.T.")
 def multi_head_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = MHA

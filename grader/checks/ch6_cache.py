@@ -97,7 +97,7 @@ def chunk_pairs(gen, B, H, n, T, d) -> list[Call]:
     return [Call(a), Call(b)]
 
 
-@exercise(3.5, "kv_cache_attention(q, k_new, v_new, k_cache, v_cache): n new tokens attend the cache and "
+@exercise(3, "kv_cache_attention(q, k_new, v_new, k_cache, v_cache): n new tokens attend the cache and "
           "themselves (query i sees keys 0 .. T + i); returns (out, k_all, v_all).")
 def kv_cache_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = CACHE

@@ -254,7 +254,7 @@ GQA = J.Recipe("gqa_attention", am.gqa_attention, ("q", "k", "v", "mask"),
                (J.Out("out", "number", "(B, Hq, Lq, dv)"),), diagnose_gqa)
 
 
-@exercise(2.5, "gqa_attention(q, k, v, mask=None): (B, Hq, Lq, dv); query head h attends with key/value "
+@exercise(2, "gqa_attention(q, k, v, mask=None): (B, Hq, Lq, dv); query head h attends with key/value "
           "head h // G (Hq = G * Hkv), scale 1/sqrt(d), zeros for fully masked rows.")
 def gqa_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = GQA
@@ -357,7 +357,7 @@ ALIBI = J.Recipe("alibi_bias", am.alibi_bias, ("n_heads", "Lq", "Lk"),
                  diagnose_alibi)
 
 
-@exercise(2.5, "alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32): (H, Lq, Lk) causal "
+@exercise(2, "alibi_bias(n_heads, Lq, Lk, *, device=None, dtype=torch.float32): (H, Lq, Lk) causal "
           "ALiBi bias, bottom-right aligned: -slope_h * (pos_q - j), -inf for j > pos_q.")
 def alibi_bias_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = ALIBI

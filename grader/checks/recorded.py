@@ -35,6 +35,7 @@ from .common import answers as _answers  # noqa: F401 -- registers its judge fac
 from .common import judges as J
 from .common import merging as _merging  # noqa: F401 -- registers its judge factories
 from .common import properties as _properties  # registers its judge factories; NaN reasons
+from .common import tile_judge as _tile_judge  # noqa: F401 -- registers its judge factories
 
 #: Where release writes the data, inside the grader package (so the wheel and the template carry it).
 DATA = Path(__file__).resolve().parent.parent / "data" / "public_checks"

@@ -42,6 +42,17 @@ def padding_mask(lengths, max_len):
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
 
 
+def padded_encoder(x, lengths, weights):
+    L, D = x.shape[1], x.shape[2]
+    keys = padding_mask(lengths, L)[:, None, :]  # (B, 1, L)
+    h = x
+    for layer in weights:
+        q, k, v = h @ layer[0], h @ layer[1], h @ layer[2]
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~keys, float("-inf"))
+        h = h + torch.softmax(scores, dim=-1) @ v
+    return h
+
+
 def decoder_mask(lengths, max_len):
     causal = causal_mask(max_len, device=lengths.device)
     keys = padding_mask(lengths, max_len)[:, None, None, :]  # (B, 1, 1, L)
@@ -90,6 +101,24 @@ def document_mask(doc_ids):
     L = doc_ids.shape[1]
     same = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, L, L)
     return (same & causal_mask(L, device=doc_ids.device))[:, None]
+
+
+def tile_lists(mask, tile=64):
+    B, H, Lq, Lk = mask.shape
+    nq, nk = -(-Lq // tile), -(-Lk // tile)
+    grid = torch.zeros(B, H, nq * tile, nk * tile, dtype=torch.int32, device=mask.device)
+    grid[:, :, :Lq, :Lk] = mask.int()
+    inside = torch.zeros(nq * tile, nk * tile, dtype=torch.int32, device=mask.device)
+    inside[:Lq, :Lk] = 1
+    allowed = grid.view(B, H, nq, tile, nk, tile).sum(dim=(3, 5))
+    cells = inside.view(nq, tile, nk, tile).sum(dim=(1, 3))
+    full = allowed == cells
+    partial = (allowed > 0) & ~full
+    out = []
+    for chosen in (partial, full):
+        key = torch.where(chosen, torch.arange(nk, device=mask.device), nk)  # unlisted tiles sort last
+        out += [chosen.sum(-1).int(), key.sort(dim=-1).values.clamp(max=nk - 1).int()]
+    return tuple(out)
 
 
 def left_padding_position_ids(keep):

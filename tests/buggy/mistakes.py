@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from . import block_sparsity as bs
 from . import correct as ok
 from . import diagnosis as dx
+from . import encoder as en
 from . import modern as md
 from . import parallel as pl
 from . import real_models as rm
@@ -745,4 +747,14 @@ BUGS: list[Bug] = [
     Bug("decay_mask", md.decay_off_by_one, "decay_range"),
     Bug("decay_mask", md.decay_no_docs, "decay_no_docs"),
     Bug("decay_mask", md.decay_transposed, "decay_transposed"),
+    Bug("padded_encoder", en.encoder_first_layer_only, "first_layer_only"),
+    Bug("padded_encoder", en.encoder_after_softmax, "after_softmax"),
+    Bug("padded_encoder", en.encoder_mask_on_queries, "mask_on_queries"),
+    Bug("padded_encoder", en.encoder_no_mask, "padding_leak"),
+    Bug("tile_lists", bs.tiles_full_as_partial, "full_as_partial"),
+    Bug("tile_lists", bs.tiles_empty_listed, "empty_listed"),
+    Bug("tile_lists", bs.tiles_boundary_cells, "boundary_cells"),
+    Bug("tile_lists", bs.tiles_descending, "increasing order"),
+    Bug("tile_lists", bs.tiles_int64, "expected int32"),
+    Bug("tile_lists", bs.tiles_first_head, "one_head_mask"),
 ]

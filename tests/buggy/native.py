@@ -27,6 +27,7 @@ from .correct import (  # noqa: F401 -- the mask builders are the same
     prefix_lm_mask,
     rolling_cache_mask,
     sliding_window_mask,
+    tile_lists,
     topk_selection_mask,
     tree_mask,
     zigzag_ring_mask,
@@ -61,6 +62,16 @@ def attention(q, k, v, mask=None):
         w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     return w @ v, w
 
+
+def padded_encoder(x, lengths, weights):
+    real = padding_mask(lengths, x.shape[1])  # (B, L)
+    h = x
+    for wq, wk, wv in weights:
+        q = F.linear(h, wq.T) / math.sqrt(x.shape[-1])  # scaled first
+        scores = q @ F.linear(h, wk.T).transpose(-2, -1)  # (B, L, L)
+        scores = scores.masked_fill(~real[:, None, :], float("-inf"))
+        h = h + scores.softmax(dim=-1) @ F.linear(h, wv.T)
+    return h
 
 def multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
     B, Lq, D = x_q.shape

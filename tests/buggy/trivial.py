@@ -79,6 +79,13 @@ def _shapes(name: str, args: tuple, kwargs: dict) -> tuple[list[tuple[tuple, tor
     if name == "document_mask":
         B, L = args[0].shape
         return [((B, 1, L, L), torch.bool)], dev
+    if name == "padded_encoder":
+        return [(tuple(args[0].shape), args[0].dtype)], dev
+    if name == "tile_lists":
+        B, H, Lq, Lk = args[0].shape
+        tile = args[1] if len(args) > 1 else kwargs.get("tile", 64)
+        counts, indices = (B, H, -(-Lq // tile)), (B, H, -(-Lq // tile), -(-Lk // tile))
+        return [(counts, torch.int32), (indices, torch.int32)] * 2, dev
     raise KeyError(name)
 
 
@@ -130,6 +137,21 @@ def _unmasked_mha(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
     return out.transpose(1, 2).reshape(B, Lq, D) @ w_o.T
 
 
+def _unmasked_encoder(x, weights):
+    for wq, wk, wv in weights:
+        scores = (x @ wq) @ (x @ wk).transpose(-2, -1) / math.sqrt(x.shape[-1])
+        x = x + torch.softmax(scores, dim=-1) @ (x @ wv)
+    return x
+
+
+def _every_tile_full(mask, tile=64):
+    (counts, _), (indices, _) = _shapes("tile_lists", (mask, tile), {})[0][:2]
+    nk = indices[-1]
+    listed = torch.arange(nk, dtype=torch.int32, device=mask.device).expand(indices).contiguous()
+    none = torch.zeros(counts, dtype=torch.int32, device=mask.device)
+    return none, listed, none + nk, listed.clone()
+
+
 IDENTITY = {
     "causal_mask": _constant("causal_mask", FILLS["true"]),
     "influence_matrix": lambda f, x: torch.eye(x.shape[0], dtype=x.dtype, device=x.device),
@@ -148,6 +170,8 @@ IDENTITY = {
     "document_mask": lambda doc_ids: _batched(am.causal_mask(doc_ids.shape[1], device=doc_ids.device),
                                               doc_ids.shape[0]),
     "tiled_attention": lambda q, k, v, mask=None, tile=64: _unmasked_attention(q, k, v)[0],
+    "padded_encoder": lambda x, lengths, weights: _unmasked_encoder(x, weights),
+    "tile_lists": _every_tile_full,
 }
 """Where the mask is the point, the exercise computed as if there were none: the
 plain causal triangle for the masks built on top of it, unmasked softmax and

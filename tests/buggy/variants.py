@@ -252,4 +252,40 @@ def packed_labels(tokens, doc_ids, ignore_index=-100):
     same[:, -1] = False
     return torch.where(same, nxt, ignore_index)
 ''',
+    "s13": '''
+import torch
+
+
+def padding_mask(lengths, max_len):
+    return lengths.unsqueeze(-1) > torch.arange(max_len, device=lengths.device)
+
+
+def padded_encoder(x, lengths, weights):
+    n_layers = weights.shape[0]
+    keep = padding_mask(lengths, x.size(1)).unsqueeze(1)  # (B, 1, L)
+    out = x
+    for n in range(n_layers):
+        wq, wk, wv = weights[n].unbind(0)
+        logits = torch.einsum("bid,bjd->bij", out @ wq, out @ wk) * x.size(-1) ** -0.5
+        logits = torch.where(keep, logits, torch.finfo(logits.dtype).min)
+        out = out + torch.einsum("bij,bjd->bid", logits.softmax(dim=-1), out @ wv)
+    return out
+
+
+def tile_lists(mask, tile=64):
+    B, H, Lq, Lk = mask.shape
+    nq = (Lq + tile - 1) // tile
+    nk = (Lk + tile - 1) // tile
+    m = torch.nn.functional.pad(mask.float(), (0, nk * tile - Lk, 0, nq * tile - Lq), value=-1.0)
+    m = m.reshape(B, H, nq, tile, nk, tile).permute(0, 1, 2, 4, 3, 5).flatten(-2)
+    real = m >= 0
+    some = (m > 0).any(-1)
+    every = (m > 0).eq(real).all(-1)
+    res = []
+    for keep in (some & ~every, every):
+        order = torch.argsort(keep.logical_not().long() * nk + torch.arange(nk, device=mask.device), dim=-1)
+        res.append(keep.sum(-1, dtype=torch.int32))
+        res.append(order.to(torch.int32))
+    return tuple(res)
+''',
 }

@@ -46,6 +46,14 @@ def padding_mask(lengths, max_len):
     return positions[None, :] < lengths[:, None]  # (B, L)
 
 
+def padded_encoder(x, lengths, weights):
+    keys = padding_mask(lengths, x.shape[1])[:, None, :]  # (B, 1, L)
+    h = x
+    for wq, wk, wv in weights:
+        scores = (h @ wq) @ (h @ wk).transpose(-2, -1) / math.sqrt(x.shape[-1])  # (B, L, L)
+        h = h + torch.softmax(scores.masked_fill(~keys, float("-inf")), dim=-1) @ (h @ wv)
+    return h
+
 def decoder_mask(lengths, max_len):
     pos = torch.arange(max_len, device=lengths.device)
     causal = pos[None, :] <= pos[:, None]
@@ -114,6 +122,21 @@ def document_mask(doc_ids):
     same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]
     return (same_doc & causal)[:, None]  # (B, 1, L, L)
 
+
+def tile_lists(mask, tile=64):
+    B, H, Lq, Lk = mask.shape
+    nq, nk = -(-Lq // tile), -(-Lk // tile)
+    padded = torch.nn.functional.pad(mask, (0, nk * tile - Lk, 0, nq * tile - Lq), value=False)
+    allowed = padded.view(B, H, nq, tile, nk, tile).sum(dim=(3, 5))  # (B, H, nq, nk)
+    rows = (Lq - torch.arange(nq, device=mask.device) * tile).clamp(max=tile)
+    cols = (Lk - torch.arange(nk, device=mask.device) * tile).clamp(max=tile)
+    full = allowed == rows[:, None] * cols[None, :]
+    partial = (allowed > 0) & ~full
+    out = []
+    for chosen in (partial, full):
+        order = torch.argsort((~chosen).to(torch.uint8), dim=-1, stable=True)
+        out += [chosen.sum(dim=-1, dtype=torch.int32), order.to(torch.int32)]
+    return tuple(out)
 
 def left_padding_position_ids(keep):
     counted = keep.long().cumsum(dim=-1) - 1  # (B, L)

@@ -127,7 +127,7 @@ def left_padded(gen, B: int, Lk: int, pads: list[int] | None = None, holes: bool
     return m
 
 
-@exercise(3, "padded_chunked_mask(attention_mask, Lq, chunk): bool (B, 1, Lq, Lk), True = may attend: "
+@exercise(2.5, "padded_chunked_mask(attention_mask, Lq, chunk): bool (B, 1, Lq, Lk), True = may attend: "
           "query i of row b at p = Lk - Lq + i sees key j iff attention_mask[b, j], j <= p and "
           "(j - pad_b) // chunk == (p - pad_b) // chunk, pad_b = the number of leading False of row b "
           "(transformers' chunked overlay with left padding).")

@@ -129,7 +129,7 @@ MERGES_NOT = ("your out and lse over two parts of the keys, merged by their lse,
               "keys: the lse must be over the same scaled, masked scores as the weights")
 
 
-@exercise(3.0, "attention_lse(q, k, v, mask=None): (out (B, H, Lq, dv) in q's dtype, 0 on fully masked rows; "
+@exercise(2, "attention_lse(q, k, v, mask=None): (out (B, H, Lq, dv) in q's dtype, 0 on fully masked rows; "
           "lse (B, H, Lq) float32, log of the sum of exp(q·k / sqrt(d)) over the allowed keys, -inf on fully "
           "masked rows).")
 def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -221,7 +221,7 @@ def extreme(gen, shape: tuple[int, ...], dv: int, at: float, dtype=F32) -> tuple
     return cases.randn(gen, *shape, dv, dtype=dtype), lse1, cases.randn(gen, *shape, dv, dtype=dtype), lse2
 
 
-@exercise(3.0, "merge_partials(out1, lse1, out2, lse2): (out, lse) over the union of two disjoint key "
+@exercise(3, "merge_partials(out1, lse1, out2, lse2): (out, lse) over the union of two disjoint key "
           "sets, lse = log(exp(lse1) + exp(lse2)), out = exp(lse1 - lse)·out1 + exp(lse2 - lse)·out2 in "
           "out1's dtype; 0 and -inf where both are empty; stable for any finite lse.")
 def merge_partials_checks(seed: int = 0, hidden: bool = True) -> list[Check]:

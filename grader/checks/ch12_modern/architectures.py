@@ -142,7 +142,7 @@ SINK = J.Recipe("sink_attention", am.sink_attention, ("q", "k", "v", "sinks", "m
                 (J.Out("out", "number", "(B, H, Lq, dv)"),), diagnose_sink)
 
 
-@exercise(4, "sink_attention(q, k, v, sinks, mask=None): (B, H, Lq, dv) in q's dtype; weights exp(s_j - m) / "
+@exercise(3, "sink_attention(q, k, v, sinks, mask=None): (B, H, Lq, dv) in q's dtype; weights exp(s_j - m) / "
           "(exp(sink_h - m) + sum of exp(s_k - m) over allowed k), s = q·k / sqrt(d), m the max over the "
           "allowed scores and the sink; the sink adds no value; a fully masked row gives 0.")
 def sink_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -249,7 +249,7 @@ TOPK = J.Recipe("topk_selection_mask", am.topk_selection_mask, ("index_scores", 
                 (J.Out("mask", "mask", "(B, Lq, Lk)"),), diagnose_topk)
 
 
-@exercise(3, "topk_selection_mask(index_scores, k, *, causal=True): bool (B, Lq, Lk); query i at "
+@exercise(3.5, "topk_selection_mask(index_scores, k, *, causal=True): bool (B, Lq, Lk); query i at "
           "Lk - Lq + i keeps the k highest-scoring keys it may see (j <= its position when causal), all of "
           "them when fewer; ties to the lower index; NaN never selected; k >= 1.")
 def topk_selection_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
@@ -342,7 +342,7 @@ BD = J.Recipe("block_diffusion_mask", am.block_diffusion_mask, ("L", "block"),
               (J.Out("mask", "mask", "(2L, 2L)", lambda a, k: (2 * a[0], 2 * a[0])),), diagnose_bd)
 
 
-@exercise(2.5, "block_diffusion_mask(L, block, *, device=None): bool (2L, 2L) over [x_noisy (L), "
+@exercise(1.5, "block_diffusion_mask(L, block, *, device=None): bool (2L, 2L) over [x_noisy (L), "
           "x_clean (L)]; a noisy token sees the noisy tokens of its block and the clean tokens of earlier "
           "blocks; a clean token sees the clean tokens of its own and earlier blocks; block must divide L.")
 def block_diffusion_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:

@@ -205,7 +205,7 @@ def partly_blocked(gen, B, H, Lq, Lk, tile) -> torch.Tensor:
     return mask
 
 
-@exercise(6.0, "tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64): (dq, dk, dv) of "
+@exercise(6, "tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64): (dq, dk, dv) of "
           "attention, one key tile at a time, each tile's weights recomputed as exp(q·k / sqrt(d) - lse) "
           "from the given lse (-inf on fully masked rows) and D = rowsum(d_out * out) from the given out, "
           "whatever a forward would give; zero gradients for fully masked rows, all-False tiles skipped; "
