@@ -166,9 +166,10 @@ MISTAKES: dict[str, str] = {
     "pad_loose_tolerance": "a small leak was taken for float noise: the tolerance is far too loose (a leak "
                            "may move a real output by 0.01 or less). Compare with torch.allclose(rtol=1e-4,"
                            " atol=1e-5).",
-    "pad_fixed_refill": "one fixed refilling missed a leak: ids such as (id + 1) % V, V - 1 - id or 0 can "
-                        "leave a pad's token as it was, or give it the same embedding, so nothing moves. "
-                        "Change every pad to another id drawn at random, and try a few refillings.",
+    "pad_fixed_refill": "one fixed refilling missed a leak: a fixed rule can leave a pad's token as it was "
+                        "(V - 1 - id at the middle id, 0 where the pad holds 0) or move it to an id with the "
+                        "same embedding ((id + 1) % V where ids share one), so nothing moves. Change every "
+                        "pad to another id drawn at random, and try a few refillings.",
     "pad_last_position": "only the last position was compared: a leak may reach earlier real positions and "
                          "not the last one (an attention that sees only its neighbours). Compare every real"
                          " position.",
