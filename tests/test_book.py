@@ -333,6 +333,7 @@ def test_the_default_build_has_no_repository_or_colab_links(site):
         assert "colab.research.google.com" not in text and "exercise-links" not in text, page.name
 
 
+@pytest.mark.timeout(1200)  # a build: about a minute, far more on a loaded machine
 def test_the_web_build_links_each_chapter_s_exercises_on_github_and_in_colab(tmp_path):
     """One chapter built with --repo-url (a book of one page keeps it cheap): under its title its
     exercise notebook on GitHub and in Colab, and the committed config untouched."""
