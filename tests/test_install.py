@@ -251,9 +251,14 @@ def test_a_lone_notebook_installs_the_course_from_its_release_and_grades_itself(
     done = nbformat.read(notebook, as_version=4)
     text = {i: "".join(o.get("text", "") for o in c.get("outputs", [])) for i, c in enumerate(done.cells)
             if c.cell_type == "code"}
-    assert "Successfully installed attnmask" in text[0], text[0]
+    assert "ERROR" not in text[0] and list(Path(purelib).glob("attnmask-*.dist-info")), text[0]
+    imported = "import attnmask, grader; print(attnmask.__file__, grader.__file__)"
+    where = subprocess.run([str(python), "-c", imported], cwd=alone, env=env, capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert all(w.startswith(purelib) for w in where), where  # the wheel's, not this checkout's
     checks = [t for i, t in text.items() if "check(" in done.cells[i].source]
     assert checks and all("pass" in t.lower() and "fail" not in t.lower() for t in checks), checks
     graded = text[len(done.cells) - 1]
-    assert "padding_mask" in graded and "Traceback" not in graded and "refused" not in graded, graded
+    assert "padding_mask" in graded and "1 / 1" in graded, graded
+    assert "Traceback" not in graded and "refused" not in graded, graded
     assert "unconfined" in graded.lower() or "sandbox" in graded.lower(), graded
