@@ -8,6 +8,7 @@ adding a check to one exercise never shifts the inputs of another.
 from __future__ import annotations
 
 import hashlib
+import math
 
 import torch
 
@@ -32,8 +33,38 @@ def integer(gen: torch.Generator, low: int, high: int) -> int:
 
 def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
           scale: float = 1.0) -> torch.Tensor:
-    """Normal values drawn in float32 (so every dtype sees the same numbers), then cast."""
-    return (torch.randn(shape, generator=gen) * scale).to(dtype)
+    """Normal values drawn as float32 (so every dtype sees the same numbers), then cast.
+
+    The same bits on every CPU: see :func:`normal`."""
+    return (normal(gen, shape) * scale).to(dtype)
+
+
+def normal(gen: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
+    """float32 ``shape`` of standard normal values, the same bits on every CPU and thread count.
+
+    ``torch.randn`` of 16 or more float32 values runs a vectorised Box-Muller whose last bits
+    depend on the CPU (AVX2 or not: ``ATEN_CPU_CAPABILITY=default`` changes them), so inputs
+    drawn with it, and everything recorded from them, would differ from machine to machine.
+    This draws the same uniforms from ``gen`` as ``torch.randn`` does and applies the same
+    transform in float64 before rounding to float32: the numbers are torch's to within an ulp or
+    two, and a float64 result changes the float32 one only if it lies within a float64 ulp of a
+    float32 rounding boundary. Fewer than 16 values: torch's scalar path, float64 already."""
+    n = math.prod(shape)
+    if n < 16:
+        return torch.randn(shape, generator=gen)
+    u = torch.rand(n, generator=gen).double()  # torch draws every value's uniform first ...
+    out = _box_muller(u[: n - n % 16].view(-1, 16)).reshape(-1)
+    if n % 16:  # ... then redraws the last 16 when n is not a multiple of 16
+        tail = _box_muller(torch.rand(16, generator=gen).double().view(1, 16)).reshape(-1)
+        out = torch.cat([out[: n - 16], tail])
+    return out.float().view(shape)
+
+
+def _box_muller(u: torch.Tensor) -> torch.Tensor:
+    """float64 ``(m, 16)`` uniforms in [0, 1) -> ``(m, 16)`` normals: columns 0-7 and 8-15 pair up."""
+    radius = torch.sqrt(-2 * torch.log(1 - u[:, :8]))  # 1 - u is in (0, 1]: log is finite
+    theta = 2 * math.pi * u[:, 8:]
+    return torch.cat([radius * torch.cos(theta), radius * torch.sin(theta)], dim=1)
 
 
 def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tensor:

@@ -323,3 +323,40 @@ def test_screenshots_of_every_chapter(site, browser):
         assert shot.exists(), f"no screenshot was written to {shot}"
         assert png_size(shot) == (1280, 2000), f"{shot} has size {png_size(shot)}"
         assert shot.stat().st_size > 20_000, f"{shot} looks blank ({shot.stat().st_size} bytes)"
+
+
+# --- the web build (scripts/build_book.py --repo-url) ----------------------------
+
+def test_the_default_build_has_no_repository_or_colab_links(site):
+    for page in site.glob("*.html"):
+        text = page.read_text()
+        assert "colab.research.google.com" not in text and "exercise-links" not in text, page.name
+
+
+@pytest.mark.timeout(1200)  # a build: about a minute, far more on a loaded machine
+def test_the_web_build_links_each_chapter_s_exercises_on_github_and_in_colab(tmp_path):
+    """One chapter built with --repo-url (a book of one page keeps it cheap): under its title its
+    exercise notebook on GitHub and in Colab, and the committed config untouched."""
+    book = tmp_path / "book"
+    book.mkdir()
+    for name in ("_config.yml", "03_padding.ipynb"):
+        shutil.copy2(ROOT / "book" / name, book / name)
+    shutil.copytree(ROOT / "book" / "_static", book / "_static")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: 03_padding\n")
+    committed = (ROOT / "book" / "_config.yml").read_text()
+    url = "https://github.com/someone/attnmask-course"
+    code, report = build_book.build(tmp_path / "out", repo_url=url, branch="term-1", book=book)
+    assert code == 0, "\n".join(report["problems"])
+    html = (tmp_path / "out" / "_build" / "html" / "03_padding.html").read_text()
+    block = re.search(r'<div class="admonition tip exercise-links">.*?</div>', html, flags=re.S)
+    assert block, "no exercise links under the chapter's title"
+    assert f'href="{url}/blob/term-1/exercises/ex03_padding.ipynb"' in block.group(0)
+    assert ('href="https://colab.research.google.com/github/someone/attnmask-course/blob/term-1/'
+            'exercises/ex03_padding.ipynb"') in block.group(0)
+    assert html.index("</h1>") < html.index("exercise-links")
+    assert (ROOT / "book" / "_config.yml").read_text() == committed
+
+
+def test_the_web_build_refuses_a_url_that_is_not_a_repository_s():
+    with pytest.raises(ValueError, match="expected the repository's web address"):
+        build_book.web_config("github.com/someone/course")

@@ -93,6 +93,103 @@ def test_a_changed_answer_makes_the_data_stale(tmp_path):
     assert recorded.stale(data, tmp_path)
 
 
+def _one_ulp_up(t: torch.Tensor) -> torch.Tensor:
+    return torch.nextafter(t, torch.full_like(t, float("inf")))
+
+
+def test_last_bits_do_not_make_the_data_stale_and_a_changed_answer_does(tmp_path):
+    """Another CPU changes the last bits of float inputs computed with kernels (and so the hash
+    the answers are keyed by) and of the answers: not stale. A changed value or a NaN moved is."""
+    data = recorded.record({"attention": declared()["attention"]})
+    recorded.write(data, tmp_path)
+    ex = data["exercises"][0]
+    answers = ex["recipes"]["attention"]["answers"]
+    call = ex["checks"][0]["calls"][0]
+    old_key = recorded.call_key(recorded._call_from(call))
+    call["args"] = (_one_ulp_up(call["args"][0]), *call["args"][1:])
+    new_key = recorded.call_key(recorded._call_from(call))
+    assert new_key != old_key
+    answers[new_key] = answers.pop(old_key)
+    answers[new_key]["want"][0] = _one_ulp_up(answers[new_key]["want"][0])
+    assert not recorded.stale(data, tmp_path)
+
+    answers[new_key]["want"][0] = answers[new_key]["want"][0] * 1.01
+    assert recorded.stale(data, tmp_path)
+    answers[new_key]["want"][0] = answers[new_key]["want"][0] / 1.01
+    assert not recorded.stale(data, tmp_path)
+    answers[new_key]["want"][0].view(-1)[0] = float("nan")
+    assert recorded.stale(data, tmp_path)
+
+
+@pytest.mark.parametrize(("a", "b", "agree"), [
+    ([1.0, -2.0], [1.0 + 2**-23, -2.0], True),         # a float32 kernel's last bit
+    ([1.0, -2.0], [1.001, -2.0], False),               # a value
+    ([1.0, float("nan")], [1.0, float("nan")], True),
+    ([1.0, float("nan")], [1.0, 0.0], False),          # NaN where a number was
+    ([float("inf"), 0.0], [float("-inf"), 0.0], False),  # the other infinity
+    ([1e10, 1.0], [1e10 + 1e5, 1.0], True),            # relative to the tensor's scale
+    ([100.0, 1.0], [100.0, 1.01], False),
+    ([0.5, 0.0], [0.5, 1e-6], True),              # near 0: the tensor's scale
+])
+def test_same_allows_what_a_float32_kernel_changes(a, b, agree):
+    assert recorded.same(torch.tensor(a), torch.tensor(b)) is agree
+    assert recorded.same(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)) is agree
+
+
+def test_same_is_exact_for_integers_and_flags():
+    assert not recorded.same(torch.tensor([1, 2]), torch.tensor([1, 3]))
+    assert not recorded.same(torch.tensor([True]), torch.tensor([False]))
+    assert not recorded.same(torch.tensor([1.0]), torch.tensor([1.0], dtype=torch.float64))
+
+
+_NORMALS = ("import hashlib, torch; from grader import cases; "
+            "print([hashlib.sha256(cases.normal(torch.Generator().manual_seed(n), (n,)).numpy().tobytes())"
+            ".hexdigest() for n in (3, 16, 17, 100, 4099)])")
+
+
+def test_inputs_are_the_same_bits_on_another_cpu():
+    """cases.normal under ATEN_CPU_CAPABILITY=default and one thread (scalar kernels: the last
+    bits torch.randn gives there differ from AVX2's) is bit for bit what it is here."""
+    import os
+    import subprocess
+    import sys
+
+    runs = [subprocess.run([sys.executable, "-c", _NORMALS], capture_output=True, text=True, check=True,
+                           env={**os.environ, **env}).stdout
+            for env in ({}, {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"})]
+    assert runs[0] == runs[1]
+
+
+def test_normal_draws_torch_randn_s_numbers():
+    """The same uniforms and transform as torch.randn: its numbers to float32 round-off (the
+    chapters' tuned cases keep their values), and the generator left where randn leaves it."""
+    from grader import cases
+
+    for n in (5, 16, 40, 333):
+        mine, theirs = torch.Generator().manual_seed(n), torch.Generator().manual_seed(n)
+        got, want = cases.normal(mine, (n,)), torch.randn(n, generator=theirs)
+        assert torch.allclose(got, want, rtol=0, atol=4 * 2.0**-23 * max(1.0, float(want.abs().max())))
+        assert torch.equal(torch.rand(4, generator=mine), torch.rand(4, generator=theirs))
+
+
+def test_a_recording_made_on_another_cpu_is_not_stale_here(tmp_path):
+    """Recorded in a process with scalar kernels and one thread, checked in this one. Chapter 8's
+    backward takes the forward's output as an input (computed with floats: another key)."""
+    import os
+    import subprocess
+    import sys
+
+    names = ["attention", "kv_cache_attention", "tiled_attention_backward", "influence_matrix"]
+    script = ("import sys; from pathlib import Path; from grader.checks import declared, recorded; "
+              f"ex = declared(); data = recorded.record({{n: ex[n] for n in {names!r}}}); "
+              "recorded.write(data, Path(sys.argv[1]))")
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True,
+                   env={**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"})
+    exercises = declared()
+    here = recorded.record({n: exercises[n] for n in names})
+    assert not recorded.stale(here, tmp_path)
+
+
 def test_the_public_checks_catch_nan_gradients_of_an_added_bias(both):
     """Exercise 2.2's public checks run the backward pass: an answer right in the forward pass
     whose added -inf sends NaN back from a fully masked row fails check() and is told why,

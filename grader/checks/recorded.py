@@ -296,12 +296,16 @@ def read_exercise(name: str, folder: Path = DATA) -> dict[str, Any]:
 
 
 def stale(data: dict[str, Any], folder: Path = DATA) -> bool:
-    """Whether the data in ``folder`` differs from ``data`` (missing or unreadable counts as stale)."""
+    """Whether the data in ``folder`` differs from ``data`` (missing or unreadable counts as stale).
+
+    Recordings made on different CPUs are not stale for that: answers are matched by the call
+    they answer, not by its hash (:func:`canonical`), and floats are compared as :func:`same` does."""
     try:
         if read_index(folder) != json.loads(json.dumps(_index(data))):
             return True
         for ex in data["exercises"]:
-            if not same(read_exercise(ex["name"], folder), {k: ex[k] for k in ("checks", "recipes")}):
+            if not same(canonical(read_exercise(ex["name"], folder)),
+                        canonical({k: ex[k] for k in ("checks", "recipes")})):
                 return True
         names = sorted(f"{e['name']}.pt" for e in data["exercises"])
         return sorted(p.name for p in folder.glob("*.pt")) != names
@@ -309,21 +313,75 @@ def stale(data: dict[str, Any], folder: Path = DATA) -> bool:
         return True
 
 
+def canonical(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """One exercise's recording with every call key (a hash of the call's bytes) replaced by the
+    call's place, ``"check I call J"`` (its first place, when checks share a call).
+
+    Some inputs are computed with floats (a forward's output and lse fed to a backward check), so
+    their last bits, and with them the keys, depend on the CPU that recorded them; their places
+    do not. Keys no call has are kept: they cannot match, and the recordings differ."""
+    places: dict[str, str] = {}
+    for i, check in enumerate(tree["checks"]):
+        for j, call in enumerate(check["calls"]):
+            places.setdefault(call_key(_call_from(call)), f"check {i} call {j}")
+
+    def placed(x: Any) -> Any:
+        if isinstance(x, dict):
+            if "__per_call__" in x:
+                return {"__per_call__": {places.get(k, k): v for k, v in x["__per_call__"].items()}}
+            return {k: placed(v) for k, v in x.items()}
+        if isinstance(x, tuple | list):
+            return type(x)(placed(v) for v in x)
+        return x
+
+    checks = [{**c, "judge": placed(c["judge"])} for c in tree["checks"]]
+    recipes = {name: {**r, "answers": {places.get(k, k): v for k, v in r["answers"].items()}}
+               for name, r in tree["recipes"].items()}
+    return {"checks": checks, "recipes": recipes}
+
+
+#: Relative tolerance of :func:`same` for each float dtype: what a float32 kernel keeps (sums
+#: of a few dozen terms, in another order, on another CPU), or two ulps of a narrower type (a
+#: value rounded to it from float32 inputs that differ in their last bit).
+SAME_RTOL = {torch.float64: 1e-4, torch.float32: 1e-4,
+             torch.float16: 2 * 2.0**-10, torch.bfloat16: 2 * 2.0**-7}
+
+
 def same(a: Any, b: Any) -> bool:
-    """Whether two recordings agree (floats to 1e-9 relative: float64 sums may round differently
-    on another machine, and that does not make the data stale)."""
+    """Whether two recordings agree: the same structure, dtypes, shapes, integers, flags, strings
+    and non-finite entries (NaN where NaN, the same infinities), and finite floats equal up to
+    :data:`SAME_RTOL` of each value plus a tenth of that of the tensor's largest magnitude (at least 1,
+    for entries near 0 that cancellation made):
+    a float recorded on another CPU, with vectorised kernels or not, one thread or several,
+    differs in its last bits, and that does not make the data stale."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dtype != b.dtype \
                 or a.shape != b.shape:
             return False
         if a.dtype.is_floating_point:
-            return bool(torch.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True))
+            return _close(a, b)
         return bool(torch.equal(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, tuple | list) and isinstance(b, tuple | list):
         return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=SAME_RTOL[torch.float64]) or a == b or (a != a and b != b)
     return type(a) is type(b) and a == b
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    rtol = SAME_RTOL.get(a.dtype, SAME_RTOL[torch.float32])
+    a, b = a.double(), b.double()
+    finite = torch.isfinite(b)
+    if not torch.equal(torch.isfinite(a), finite) or not torch.equal(torch.isnan(a), torch.isnan(b)) \
+            or not torch.equal(a[torch.isinf(b)], b[torch.isinf(b)]):
+        return False
+    a, b = a[finite], b[finite]
+    if not b.numel():
+        return True
+    scale = max(1.0, float(b.abs().max()))
+    return bool(((a - b).abs() <= rtol * (b.abs() + scale / 10)).all())
 
 
 # --------------------------------------------------------------------------- replaying (the template)

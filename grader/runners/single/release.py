@@ -2,6 +2,7 @@
 
     python -m grader release            # write exercises/ from solutions/, and grader/data/
     python -m grader release --check    # exit 1 and list stale files, write nothing
+    python -m grader release --repo-url https://github.com/OWNER/REPO   # install lines from its Releases
 
 The public checks' data (``grader/data/public_checks/``) is what the student
 template grades with instead of the reference: the public cases, the reference's
@@ -28,6 +29,13 @@ file is generated, and from what, is for maintainers: it lives in the
 notebook's metadata under ``NOTICE_KEY``, where ``--check`` compares it like
 every other byte, and the first cell the student sees is the solution
 notebook's own opening cell.
+
+With ``--repo-url``, the install line of every notebook (the Rules cell's
+``%pip install ... attnmask-VERSION-py3-none-any.whl``, run beside a wheel the
+instructor hands out) installs the wheel that ``.github/workflows/release.yml``
+attaches to the repository's latest GitHub Release instead, so that a notebook
+opened alone (Colab) finds the course. The URL is kept in the notebooks' note, so
+later runs (and ``--check``) keep it until ``--repo-url none``.
 """
 
 from __future__ import annotations
@@ -53,9 +61,17 @@ HINT = "# HINT:"  # a maintainers' note inside a region; never copied to the exe
 SOLUTION_ONLY = "solution-only"
 EXPLORE = "explore"  # shipped to students; grading skips these cells (grader.explore_cells.TAG)
 NOTICE_KEY = "attnmask_release"  # notebook metadata: the generator's note
+REPO_URL_KEY = "repo_url"  # in the note: the --repo-url the install lines point at
 
 _DEF = re.compile(r"^(\s*)def\s+([A-Za-z_]\w*)\s*\(")
 _CHAPTER = re.compile(r"^ex(\d+)_")
+
+
+#: The Rules cell's install line for a lone notebook: the wheel lies beside the notebook.
+_LOCAL_INSTALL = re.compile(
+    r"put the course's wheel, `(?P<wheel>attnmask-[\w.+-]+\.whl)` \(your instructor hands it out\), "
+    r"beside the notebook and run `%pip install (?P<options>[^`]*?)(?P=wheel)`")
+_REPO_URL = re.compile(r"https?://[^\s/`]+(/[^\s/`]+)+")
 
 
 class ReleaseError(ValueError):
@@ -123,6 +139,39 @@ def strip_solutions(source: str, chapter: int, counter: list[int], where: str) -
     return "\n".join(out)
 
 
+def wheel_url(repo_url: str, wheel: str) -> str:
+    """Where ``.github/workflows/release.yml`` puts ``wheel``: the repository's latest Release."""
+    return f"{repo_url.rstrip('/')}/releases/latest/download/{wheel}"
+
+
+def install_from_release(source: str, repo_url: str) -> str:
+    """A markdown cell's install line, made to install the wheel from the repository's latest
+    Release (unchanged where the cell has no install line)."""
+    return _LOCAL_INSTALL.sub(
+        lambda m: f"run `%pip install {m['options']}{wheel_url(repo_url, m['wheel'])}`", source)
+
+
+def check_repo_url(url: str) -> str:
+    """``url`` without a trailing slash; :class:`ReleaseError` unless it looks like a repository's."""
+    if not _REPO_URL.fullmatch(url.rstrip("/")):
+        raise ReleaseError(f"--repo-url is {url!r}; expected the repository's web address, "
+                           "e.g. https://github.com/OWNER/REPO")
+    return url.rstrip("/")
+
+
+def remembered_repo_url(exercises: Path = EXERCISES) -> str | None:
+    """The ``--repo-url`` the exercise notebooks were last generated with (kept in their note), so
+    that ``release`` and ``release --check`` without the option keep it; None: none was given."""
+    for path in sorted(exercises.glob("ex*.ipynb")):
+        try:
+            note = nbformat.read(path, as_version=4).metadata.get(NOTICE_KEY, {})
+        except Exception:  # noqa: BLE001,S112 -- an unreadable notebook is stale anyway
+            continue
+        if note.get(REPO_URL_KEY):
+            return str(note[REPO_URL_KEY])
+    return None
+
+
 def notice(source_name: str) -> dict[str, str]:
     """The maintainers' note stored in a generated notebook's metadata."""
     return {
@@ -133,9 +182,12 @@ def notice(source_name: str) -> dict[str, str]:
     }
 
 
-def make_exercise(solution: NotebookNode, source_name: str, chapter: int) -> NotebookNode:
-    """The exercise notebook generated from one solution notebook."""
+def make_exercise(solution: NotebookNode, source_name: str, chapter: int,
+                  repo_url: str | None = None) -> NotebookNode:
+    """The exercise notebook generated from one solution notebook (with ``repo_url``, its install
+    line installs the wheel of that repository's latest Release: :func:`install_from_release`)."""
     counter = [0]
+    installs = 0
     cells = []
     for index, cell in enumerate(solution.cells):
         tags = list(cell.get("metadata", {}).get("tags", []))
@@ -149,19 +201,28 @@ def make_exercise(solution: NotebookNode, source_name: str, chapter: int) -> Not
             source = strip_solutions(cell.source, chapter, counter, f"{source_name} cell {index}")
             new = nbformat.v4.new_code_cell(source, metadata=metadata)
         elif cell.cell_type == "markdown":
-            new = nbformat.v4.new_markdown_cell(cell.source, metadata=metadata)
+            source = cell.source
+            if repo_url is not None:
+                installs += len(_LOCAL_INSTALL.findall(source))
+                source = install_from_release(source, repo_url)
+            new = nbformat.v4.new_markdown_cell(source, metadata=metadata)
         else:
             new = nbformat.v4.new_raw_cell(cell.source, metadata=metadata)
         new.id = cell.get("id") or f"cell-{index}"
         cells.append(new)
     if counter[0] == 0:
         raise ReleaseError(f"{source_name}: no '{BEGIN}' region, so nothing to exercise")
+    if repo_url is not None and not installs:
+        raise ReleaseError(f"{source_name}: --repo-url was given but no markdown cell has the install "
+                           "line to point at the release (expected \"put the course's wheel, "
+                           "`attnmask-....whl` (your instructor hands it out), beside the notebook and run "
+                           "`%pip install ...`\")")
     # Only stable metadata: the Python version recorded by the last execution of
     # the solution must not make the exercise look stale.
     metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
-        NOTICE_KEY: notice(source_name),
+        NOTICE_KEY: notice(source_name) | ({} if repo_url is None else {REPO_URL_KEY: repo_url}),
     }
     nb = nbformat.v4.new_notebook(cells=cells, metadata=metadata)
     nbformat.validate(nb)
@@ -172,12 +233,13 @@ def normalised(nb: NotebookNode) -> str:
     return nbformat.writes(nb)
 
 
-def plan(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES) -> dict[Path, str | None]:
+def plan(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES,
+         repo_url: str | None = None) -> dict[Path, str | None]:
     """What each file in ``exercises`` should contain (None: it should not exist)."""
     wanted: dict[Path, str | None] = {}
     for path in sorted(solutions.glob("ex*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        wanted[exercises / path.name] = normalised(make_exercise(nb, path.name, chapter_of(path)))
+        wanted[exercises / path.name] = normalised(make_exercise(nb, path.name, chapter_of(path), repo_url))
     for path in sorted(exercises.glob("ex*.ipynb")):
         wanted.setdefault(path, None)
     return wanted
@@ -208,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader release", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if exercises/ or the public checks' data is stale; write nothing")
+    parser.add_argument("--repo-url", metavar="URL",
+                        help="the course's repository (https://github.com/OWNER/REPO): the notebooks' "
+                             "install line then installs the wheel attached to its latest GitHub Release "
+                             "(.github/workflows/release.yml). Remembered in exercises/ for later runs; "
+                             "--repo-url none goes back to the default, a wheel beside the notebook")
     args = parser.parse_args(argv)
     try:
         root = course_root(("solutions",), "python -m grader release")
@@ -219,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
     try:
-        wanted = plan(root / "solutions", root / "exercises")
+        given = remembered_repo_url(root / "exercises") if args.repo_url is None else args.repo_url
+        repo_url = None if given in (None, "none") else check_repo_url(given)
+        wanted = plan(root / "solutions", root / "exercises", repo_url)
         data = public_data()
     except (ReleaseError, TypeError, LookupError) as e:
         print(f"release: {e}", file=sys.stderr)
