@@ -46,6 +46,7 @@ SHORTCUTS = [
     ("ring_attention", pl.ring_att_one_pass),
     ("ring_attention", pl.ring_att_steps_then_one_pass),
     ("ring_attention", pl.ring_att_steps_then_causal_sdpa_like),
+    ("ring_attention", pl.ring_att_rank_over_all_keys),
     ("tiled_attention_fn", tl.fn_no_function),
     ("tiled_attention_fn", tl.fn_backward_by_autograd),
     ("tiled_attention_fn", tl.fn_saves_weights),

@@ -357,3 +357,23 @@ def ring_att_steps_then_causal_sdpa_like(q, k, v, world, layout="zigzag"):
         ~torch.ones(L, L, dtype=torch.bool, device=q.device).tril(), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     return (torch.exp(s - lse[..., None]) @ v.float()).to(q.dtype), lse, steps
+
+
+def ring_att_rank_over_all_keys(q, k, v, world, layout="zigzag"):
+    """Every step right, then each rank's out and lse from its own queries against all L keys at
+    once (no merge of the steps): under the live bound, but never one shard at a time."""
+    _, _, steps = ok.ring_attention(q, k, v, world, layout)
+    L = q.shape[-2]
+    c = L // (2 * world)
+    pos = torch.arange(L, device=q.device)
+    out = torch.empty_like(q[..., :1].expand(*q.shape[:-1], v.shape[-1])).clone()
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    for r in range(world):
+        pair = (r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1)
+        rows = torch.cat([pos[i * c:(i + 1) * c] for i in pair])
+        mask = pos[None, :] <= rows[:, None]
+        o, s = ok.attention_lse(q[..., rows, :], k, v, mask)
+        out[..., rows, :] = o
+        lse[..., rows] = s
+    return out, lse, steps
+

@@ -52,6 +52,9 @@ MISTAKES11: dict[str, str] = {
     "ring_shard_order": MG.RING_SHARD_ORDER,
     "ring_no_merge": MG.RING_NO_MERGE,
     "ring_stale_lse": MG.RING_STALE_LSE,
+    "ring_all_keys": "a rank's queries meet every key at once: out and lse are computed from all L keys "
+                     "instead of merged from the steps, each of which holds one shard. Attend each step's "
+                     "shard alone and merge the steps' (out, lse) with merge_partials.",
     "ring_one_pass": "the (L, L) scores are held at once: out and lse come from attention over all the "
                      "keys, not from the ring. Each rank holds one shard's keys at a step: its out and lse "
                      "are the merge of the partial results of the steps it ran, with your merge_partials.",

@@ -131,7 +131,8 @@ def ring_steps(name: str, calls: list[Call], public: bool = False, edge: bool = 
           "causal attention computed on a simulated ring of `world` ranks; steps[r] lists, in ring order, "
           "the (out_s, lse_s) of each step rank r ran (its local queries over the shard it held alone; "
           "all-False steps skipped), merged with your merge_partials; the floating tensors it holds alive "
-          "at once stay below half of the B·H·L·L scores.")
+          "at once stay below half of the B·H·L·L scores, and none it creates is as large as half of one "
+          "rank's queries against every key.")
 def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = RING_ATT
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -172,6 +173,13 @@ def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
               [Call((*qkv(gen, 1, 2, RING_MEMORY[0], RING_MEMORY[0], 2, 2), RING_MEMORY[1], layout),
                     allocations=True) for layout in ("zigzag", "contiguous")],
               LM.live_memory_judge(R, X["ring_one_pass"]), kind="property", weight=12.0),
+        # ... and each of its steps meets one shard: out and lse from each rank's queries against all L
+        # keys (no merge at all) stay under the live bound, and hold a tensor of L / world rows by L.
+        Check(f"each step reads one shard: no tensor of a rank's queries against all keys (B=1, H=2, "
+              f"L={RING_MEMORY[0]}, world={RING_MEMORY[1]}, both layouts)",
+              [Call((*qkv(gen, 1, 2, RING_MEMORY[0], RING_MEMORY[0], 2, 2), RING_MEMORY[1], layout),
+                    allocations=True) for layout in ("zigzag", "contiguous")],
+              LM.one_shard_judge(R, X["ring_all_keys"]), kind="property", weight=24.0),
         Check("matches on CUDA (world = 3, both layouts)",
               [Call(x.args, device=dev)
                for x in (ring_case(gen, 3, "zigzag", B, c), ring_case(gen, 3, "contiguous"))

@@ -47,3 +47,29 @@ def live_memory_judge(recipe: Recipe, message: str, share: float = 0.5):
         return dg.PASS
 
     return dg.judged(judge)
+
+
+@rebuildable
+def one_shard_judge(recipe: Recipe, message: str):
+    """A ring's rank meets one shard of keys at a time (chapter 11): no floating tensor created
+    during the call (:attr:`grader.spec.Outcome.largest`) holds as many entries as one rank's queries
+    against every key, B·H·(L / world)·L, half of which is still twice the largest score tile of a
+    step (its L / world queries against a shard of L / world keys). The call's fourth argument is
+    ``world``."""
+
+    def judge(calls: list[Call], outcomes: list[Outcome]) -> Verdict:
+        for call, o in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            if o.error is not None:
+                return raised(o.error, inputs)
+            if o.largest is None:
+                return dg.fail("the tensors created during the call were not recorded")
+            bound = score_entries(call) // (2 * int(call.args[3]))
+            entries = math.prod(o.largest)
+            if entries >= bound:
+                return dg.fail(message, f"the largest floating tensor created has shape "
+                               f"{dg.shape_str(o.largest)}, {entries} entries; a rank's queries against "
+                               f"every key have {2 * bound}, and the bound is {bound}; inputs: {inputs}")
+        return dg.PASS
+
+    return dg.judged(judge)
