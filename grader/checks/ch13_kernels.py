@@ -145,6 +145,28 @@ def blocky(gen, B, H, Lq, Lk, d, dv, *, dtype=F32, junk=False, empty_row=True, s
     return (q, k, v, mask, *lists_of(classes, never))
 
 
+def late_start(gen, Lq, Lk, d, dv):
+    """(q, k, v, mask, *lists) whose first query tile has no full tile, two partial tiles and then
+    none, and one of its rows has no allowed key in the first partial tile but one in the second: a
+    kernel whose running max starts at -inf and is not guarded meets exp(-inf - (-inf)) there. The
+    last key tile is listed nowhere, its keys and values NaN. Needs Lk > 2·TILE."""
+    nq, nk = -(-Lq // TILE), -(-Lk // TILE)
+    classes = torch.randint(0, 3, (1, 1, nq, nk), generator=gen)
+    classes[0, 0, 0] = EMPTY
+    classes[0, 0, 0, :2] = PARTIAL
+    classes[..., nk - 1] = EMPTY
+    c = cells(classes, Lq, Lk, TILE)
+    mask = torch.where(c == PARTIAL, cases.random_mask(gen, 1, 1, Lq, Lk, p=0.5), c == FULL)
+    row = cases.integer(gen, 0, min(TILE, Lq) - 1)
+    mask[0, 0, row, :TILE] = False
+    mask[0, 0, row, TILE + cases.integer(gen, 0, TILE - 1)] = True
+    q, k, v = qkv(gen, 1, 1, Lq, Lk, d, dv)
+    unread = c.amax(-2) == EMPTY  # (1, 1, Lk)
+    k = k.masked_fill(unread[..., None], float("nan"))
+    v = v.masked_fill(unread[..., None], float("nan"))
+    return (q, k, v, mask, *lists_of(classes, torch.full((1, 1), nk - 1)))
+
+
 def _finite(t: torch.Tensor) -> torch.Tensor:
     return t.nan_to_num(0.0, posinf=0.0, neginf=0.0)
 
@@ -345,6 +367,8 @@ def block_sparse_forward_checks(seed: int = 0, hidden: bool = True) -> list[Chec
                  [Call(blocky(gen, 1, 1, Lq, Lk, d, dv, dtype=F16))]),
         J.values(R, "large scores (q and k scaled by 7, past exp in float32) next to masked keys",
                  [Call(blocky(gen, 1, 1, Lq, Lk, d, dv, scale=7.0))]),
+        J.values(R, "a row whose first listed tile allows no key and a later one does (no full tile)",
+                 [Call(late_start(gen, Lq, Lk, d, dv))]),
     ]) + [on_gpu(R, "compiles and matches on a CUDA GPU (float16, B=2, H=2)",
                  Call(blocky(gen, 2, 2, Lq, Lk, d, dv, dtype=F16), device="cuda"))]
 
