@@ -708,6 +708,7 @@ BUGS: list[Bug] = [
     Bug("ring_attention", pl.ring_att_stale_lse, "ring_stale_lse"),
     Bug("ring_attention", pl.ring_att_no_skip, "ring_empty_steps"),
     Bug("ring_attention", pl.ring_att_local, "ring_local_steps"),
+    Bug("ring_attention", pl.ring_att_rank_over_all_keys, "ring_all_keys"),
     Bug("ring_attention", pl.ring_att_layouts_swapped, "ring_layout"),
     Bug("ring_attention", pl.ring_att_by_rank_order, "ring_shard_order"),
     Bug("ring_attention", pl.ring_att_one_pass, "rank 0 ran 0 steps"),
