@@ -11,7 +11,7 @@ from grader.checks.ch8_speed.backward import MISTAKES8
 from grader.checks.ch9_real import MISTAKES9
 from grader.checks.ch10_serving import MISTAKES10
 from grader.checks.ch11_parallel.mistakes import MISTAKES11
-from grader.checks.ch12_modern.architectures import MISTAKES12
+from grader.checks.ch12_modern.mistakes import MISTAKES12
 from grader.mistakes import MISTAKES
 
 #: Every named mistake: the shared ones and chapters 8 to 12's own.

@@ -12,7 +12,7 @@ import torch
 from buggy import correct, grade, native, trivial
 from buggy.mistakes import BUGS
 
-from grader.checks import declared, recorded
+from grader.checks import agreement, declared, recorded
 from grader.spec import Call, Check
 
 
@@ -132,14 +132,14 @@ def test_last_bits_do_not_make_the_data_stale_and_a_changed_answer_does(tmp_path
     ([0.5, 0.0], [0.5, 1e-6], True),              # near 0: the tensor's scale
 ])
 def test_same_allows_what_a_float32_kernel_changes(a, b, agree):
-    assert recorded.same(torch.tensor(a), torch.tensor(b)) is agree
-    assert recorded.same(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)) is agree
+    assert agreement.same(torch.tensor(a), torch.tensor(b)) is agree
+    assert agreement.same(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)) is agree
 
 
 def test_same_is_exact_for_integers_and_flags():
-    assert not recorded.same(torch.tensor([1, 2]), torch.tensor([1, 3]))
-    assert not recorded.same(torch.tensor([True]), torch.tensor([False]))
-    assert not recorded.same(torch.tensor([1.0]), torch.tensor([1.0], dtype=torch.float64))
+    assert not agreement.same(torch.tensor([1, 2]), torch.tensor([1, 3]))
+    assert not agreement.same(torch.tensor([True]), torch.tensor([False]))
+    assert not agreement.same(torch.tensor([1.0]), torch.tensor([1.0], dtype=torch.float64))
 
 
 _NORMALS = ("import hashlib, torch; from grader import cases; "

@@ -20,7 +20,7 @@ from grader.checks import EXERCISES
 from grader.checks.ch5_cross import HEADS_UNMOVED
 from grader.checks.ch9_real import MISTAKES9
 from grader.checks.ch10_serving import MISTAKES10
-from grader.checks.ch12_modern.architectures import MISTAKES12
+from grader.checks.ch12_modern.mistakes import MISTAKES12
 from grader.mistakes import MISTAKES
 
 MINE = {"to_additive", "masked_softmax", "attention", "encoder_decoder_masks", "multi_head_attention",

@@ -11,14 +11,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnmask as am
-from grader.checks.ch8_speed.forward import TILED
-from grader.checks.common import properties as P
-from grader.mistakes import MISTAKES
+from grader.checks.common import live_memory as LM
 from grader.sandbox import channel
 from grader.sandbox.execute import execute
 from grader.spec import Call, Outcome
-
-allocation_judge = P.allocation_judge(TILED, MISTAKES["full_scores"])
 
 B, H, LQ, LK, D, DV = 2, 3, 5, 11, 4, 3  # B != H != Lq != Lk, d != dv
 
@@ -131,15 +127,20 @@ def test_the_record_counts_new_floating_tensors_only():
     assert execute(lambda x: x * 2, Call((x,))).largest is None  # only when the call asks
 
 
-def test_the_allocation_judge_fails_the_whole_matrix_and_an_unrecorded_call():
-    q, k, v = qkv(torch.float32, Lq=16, Lk=64)
-    call = Call((q, k, v), {"tile": 4}, allocations=True)
-    ok = Outcome(output=torch.zeros(B, H, 16, DV), largest=(B, H, 16, 4))
-    full = Outcome(output=torch.zeros(B, H, 16, DV), largest=(H, 16, 64))
-    assert allocation_judge([call], [ok]).passed
-    verdict = allocation_judge([call], [full])
-    assert not verdict.passed and "whole score matrix" in verdict.message and "(3, 16, 64)" in verdict.detail
-    assert not allocation_judge([call], [Outcome(output=ok.output)]).passed
+def test_the_one_shard_judge_fails_a_rank_over_every_key_and_an_unrecorded_call():
+    """11.6's largest-tensor rule (the ring's steps read one shard each), judged from the record."""
+    from grader.checks.ch11_parallel.ring import RING_ATT
+
+    judge = LM.one_shard_judge(RING_ATT, "all keys at once")
+    L, world = 32, 4  # a rank holds L / world = 8 queries; the bound is 2·8·32 / 2 = 256 entries
+    q = torch.zeros(1, 2, L, 2)
+    call = Call((q, q, q, world), allocations=True)
+    step = Outcome(output=(q, q[..., 0], []), largest=(1, 2, 8, 8))  # one step's scores: 128
+    rank = Outcome(output=(q, q[..., 0], []), largest=(1, 2, 8, 32))  # a rank over every key: 512
+    assert judge([call], [step]).passed
+    verdict = judge([call], [rank])
+    assert not verdict.passed and verdict.message == "all keys at once" and "(1, 2, 8, 32)" in verdict.detail
+    assert not judge([call], [Outcome(output=step.output)]).passed
 
 
 def test_the_record_crosses_the_channel_and_a_forged_one_is_refused():

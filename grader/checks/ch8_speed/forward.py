@@ -29,6 +29,7 @@ from ...mistakes import MISTAKES
 from ...spec import Call, Check, exercise
 from ..common import judges as J
 from ..common import live_memory as LM
+from ..common import nan_reasons as NR
 from ..common import properties as P
 from ..common.inputs import MEMORY, exact_qkv, first_tile_blocked, last_only, qkv, skippable
 
@@ -103,10 +104,10 @@ def tiled_mistakes(q, k, v, mask, tile) -> list[dg.Candidate]:
 
 
 def diagnose_tiled(args, kwargs, got, index, dtype) -> str | None:
-    q, k, v, mask, tile = P.tiled_parts(args, kwargs)
+    q, k, v, mask, tile = NR.tiled_parts(args, kwargs)
     # Where the NaN sit says more than any one candidate: NaN in the empty rows only is
     # the final 0 / 0, which a missing guard also gives when only empty rows lack one.
-    return P.tiled_nan_reason(args, kwargs, got) or dg.name_mistake(
+    return NR.tiled_nan_reason(args, kwargs, got) or dg.name_mistake(
         got, tiled_mistakes(q, k, v, mask, tile), dtype)
 
 

@@ -20,7 +20,7 @@ from . import live_memory as _live_memory  # noqa: F401 -- registers its judge f
 from .judges import Recipe, float_dtype, inputs_of, raised, rebuildable
 
 #: merge_partials' two numeric failures, named from where the NaN and inf sit (here, not in the
-#: chapter's module, so that the student template names them too: :data:`properties.NAN_REASONS`).
+#: chapter's module, so that the student template names them too: :data:`nan_reasons.NAN_REASONS`).
 MERGE_NAN_EMPTY = ("NaN where both parts are empty: with both lse minus infinity, exp(lse1 - lse) is "
                    "the exp of infinity minus infinity, NaN. Shift by zero where the larger lse is minus "
                    "infinity, and return out zero and lse minus infinity for such rows.")
