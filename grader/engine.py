@@ -33,6 +33,7 @@ from typing import Any
 
 from . import hidden, rules, safetext, submission
 from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
+from .devices import NEEDS_TRITON, cuda_available, needs_cuda, triton_available
 from .results import (
     CRASHED,
     GRADER_ERROR,
@@ -68,27 +69,6 @@ def select(registry: Mapping[str, Any], names: Iterable[str] | None) -> list[Any
         raise ValueError(f"unknown exercise {', '.join(map(repr, unknown))}; "
                          f"choose from: {', '.join(registry)}")
     return [ex for name, ex in registry.items() if name in names]
-
-
-def needs_cuda(check) -> bool:
-    return check.requires == "cuda" or any(getattr(c, "device", "cpu") == "cuda" for c in check.calls)
-
-
-#: Why a kernel exercise's checks are skipped where triton is not installed (one line).
-NEEDS_TRITON = "needs triton, not installed here: pip install -r requirements-kernels.txt"
-
-
-def triton_available() -> bool:
-    """Whether triton can be imported here (chapter 13's kernels), without importing it."""
-    import importlib.util
-
-    return importlib.util.find_spec("triton") is not None
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 # --------------------------------------------------------------------------- grading one submission
@@ -381,7 +361,9 @@ def grade(
         if grading.loaded_ok and not grading.found and src.cells:
             report.notes.append("no exercise functions found: define them with the names of the exercises "
                                 f"({', '.join(st.exercise.name for st in states[:3])}, ...)")
-        report.output = _printed(tmp)
+        from .sandbox.supervisor import output_tail  # what the submission printed, its paths hidden
+
+        report.output = output_tail(tmp).replace(str(tmp), "<tmp>")
         return report
     finally:
         if isinstance(server, zygote.Zygote):
@@ -464,9 +446,3 @@ def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: lis
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
     return supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, server, confined,
                           cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
-
-
-def _printed(tmp: Path) -> str:
-    from .sandbox.supervisor import output_tail
-
-    return output_tail(tmp).replace(str(tmp), "<tmp>")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from grader.engine import triton_available
+from grader.devices import triton_available
 from grader.sandbox.execute import execute
 from grader.spec import Check, Verdict
 
