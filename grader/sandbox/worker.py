@@ -135,6 +135,14 @@ def _vm_size() -> int:
     return 0
 
 
+def _interpret_triton_without_cuda() -> None:
+    """Without CUDA, chapter 13's kernels run in Triton's CPU interpreter: TRITON_INTERPRET=1 must be
+    set before triton is first imported (the student's first cell sets it too, but only if nothing
+    imported triton before it). The worker's environment does not carry the parent's."""
+    if "triton" not in sys.modules and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def _set_limits(job: Job) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # A print loop or a file-writing loop must not fill the disk: writes past this fail (EFBIG).
@@ -242,6 +250,7 @@ def serve(status_fd: int, results_fd: int, confined: bool) -> None:
         status.send("ready unconfined")
 
     _set_limits(job)
+    _interpret_triton_without_cuda()
     # A crash in C (a segfault) prints the Python stack to stderr: the parent reads the student's line there.
     faulthandler.enable(file=sys.__stderr__, all_threads=False)
     rules.block_imports()
