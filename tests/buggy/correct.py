@@ -336,6 +336,8 @@ class TiledAttentionFunction(torch.autograd.Function):
 
 
 def tiled_attention_fn(q, k, v, mask=None, tile=64):
+    if mask is not None:  # one (Lq, Lk) plane per head, as a view: saved for the backward uncopied
+        mask = torch.broadcast_to(mask, (*q.shape[:-1], k.shape[-2]))
     return TiledAttentionFunction.apply(q, k, v, mask, tile)
 
 

@@ -751,7 +751,7 @@ BUGS: list[Bug] = [
     Bug("padded_encoder", en.encoder_first_layer_only, "first_layer_only"),
     Bug("padded_encoder", en.encoder_after_softmax, "after_softmax"),
     Bug("padded_encoder", en.encoder_mask_on_queries, "mask_on_queries"),
-    Bug("padded_encoder", en.encoder_no_mask, "padding_leak"),
+    Bug("padded_encoder", en.encoder_no_mask, "no_mask"),  # named exactly: no layer masks anything
     Bug("tile_lists", bs.tiles_full_as_partial, "full_as_partial"),
     Bug("tile_lists", bs.tiles_empty_listed, "empty_listed"),
     Bug("tile_lists", bs.tiles_boundary_cells, "boundary_cells"),

@@ -215,6 +215,53 @@ def tiled_attention_backward(q, k, v, out, lse, d_out, mask=None, tile=64):
     return dq.to(q.dtype), torch.cat(dks, 2).to(k.dtype), torch.cat(dvs, 2).to(v.dtype)
 
 
+class _NativeTiled(torch.autograd.Function):
+    """Forward: the online softmax of tiled_attention (torch.split tiles, a finite starting max),
+    in float32 for half inputs so that the saved lse is exact enough; backward: the tiled
+    tiled_attention_backward above, from the saved out and lse."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, tile):
+        B, H, Lq, d = q.shape
+        Lk = k.shape[2]
+        work = torch.promote_types(q.dtype, torch.float32)
+        qs = q.to(work) / math.sqrt(d)
+        low = torch.finfo(work).min
+        m = torch.full((B, H, Lq, 1), low, dtype=work, device=q.device)
+        total = torch.zeros(B, H, Lq, 1, dtype=work, device=q.device)
+        acc = torch.zeros(B, H, Lq, v.shape[-1], dtype=work, device=q.device)
+        masks = [None] * len(range(0, Lk, tile)) if mask is None else \
+            torch.broadcast_to(mask, (B, H, Lq, Lk)).split(tile, dim=-1)
+        for kt, vt, keep in zip(k.split(tile, dim=2), v.split(tile, dim=2), masks):
+            if keep is not None and not bool(keep.any()):
+                continue
+            s = qs @ kt.to(work).mT
+            if keep is not None:
+                s = torch.where(keep, s, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            alpha = torch.exp(m - m_new)
+            p = torch.exp(s - m_new)
+            total = total * alpha + p.sum(dim=-1, keepdim=True)
+            acc = acc * alpha + p @ vt.to(work)
+            m = m_new
+        empty = total == 0
+        out = (acc / torch.where(empty, 1.0, total)).to(q.dtype)
+        lse = torch.where(empty, float("-inf"), m + torch.log(torch.where(empty, 1.0, total)))[..., 0]
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.tile = tile
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        dq, dk, dv = tiled_attention_backward(q, k, v, out, lse, d_out, mask, ctx.tile)
+        return dq, dk, dv, None, None
+
+
+def tiled_attention_fn(q, k, v, mask=None, tile=64):
+    return _NativeTiled.apply(q, k, v, mask, tile)
+
+
 def ring_attention(q, k, v, world, layout="zigzag"):
     # each rank's shard as a dict; the ring as a list rotated by one at each step
     L = q.shape[-2]
