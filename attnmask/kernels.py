@@ -84,6 +84,11 @@ def _sizes(q, k, v, mask, tile) -> tuple[int, ...]:
     return B, H, Lq, Lk, d, dv
 
 
+def _contiguous(*lists: torch.Tensor) -> list[torch.Tensor]:
+    """The tile lists, each contiguous (the kernels index them as flat arrays)."""
+    return [t.contiguous() for t in lists]
+
+
 def _block(n: int) -> int:
     """A power of two >= n and >= 16 (tl.arange needs a power of two, tl.dot on a GPU 16 or more)."""
     return max(16, 1 << max(0, n - 1).bit_length())
@@ -108,9 +113,9 @@ def block_sparse_forward(q, k, v, mask, kv_num_blocks, kv_indices, full_kv_num_b
     B, H, Lq, Lk, d, dv = _sizes(q, k, v, mask, tile)
     kern = _kernels()
     nq, nk = -(-Lq // tile), -(-Lk // tile)
-    out = torch.empty(B, H, Lq, dv, dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, H, Lq, dtype=torch.float32, device=q.device)
-    lists = [t.contiguous() for t in (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)]
+    out = q.new_empty(B, H, Lq, dv)
+    lse = q.new_empty(B, H, Lq, dtype=torch.float32)
+    lists = _contiguous(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)
     kern.forward_kernel[(nq, B * H)](
         q.contiguous(), k.contiguous(), v.contiguous(), mask.contiguous(), *lists, out, lse,
         Lq, Lk, d, dv, nq, nk, 1.0 / math.sqrt(d), TILE=tile, BD=_block(d), BDV=_block(dv))
@@ -133,13 +138,13 @@ def block_sparse_backward(q, k, v, out, lse, d_out, mask, kv_num_blocks, kv_indi
     B, H, Lq, Lk, d, dv = _sizes(q, k, v, mask, tile)
     kern = _kernels()
     nq, nk = -(-Lq // tile), -(-Lk // tile)
-    dq = torch.empty(B, H, Lq, d, dtype=q.dtype, device=q.device)
+    dq = q.new_empty(B, H, Lq, d)
     # Every query tile adds to the key rows it reads: float32 buffers, summed atomically.
-    dk = torch.zeros(B, H, Lk, d, dtype=torch.float32, device=q.device)
-    dvv = torch.zeros(B, H, Lk, dv, dtype=torch.float32, device=q.device)
-    lists = [t.contiguous() for t in (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)]
+    dk = q.new_zeros(B, H, Lk, d, dtype=torch.float32)
+    dvv = q.new_zeros(B, H, Lk, dv, dtype=torch.float32)
+    lists = _contiguous(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)
     kern.backward_kernel[(nq, B * H)](
         q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(),
         d_out.contiguous(), mask.contiguous(), *lists, dq, dk, dvv, Lq, Lk, d, dv, nq, nk, 1.0 / math.sqrt(d),
         TILE=tile, BD=_block(d), BDV=_block(dv))
-    return dq, dk.to(k.dtype), dvv.to(v.dtype)
+    return dq, dk.to(dtype=k.dtype), dvv.to(dtype=v.dtype)
