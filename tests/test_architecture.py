@@ -22,7 +22,8 @@ MAX_LINES = 450
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the contract and the cases", ("grader.spec", "grader.cases", "grader.seed", "grader.results",
                                     "grader.fnspecs", "grader.files", "grader.fused", "grader.rules",
-                                    "grader.submission", "grader.safetext", "grader.explore_cells")),
+                                    "grader.submission", "grader.safetext", "grader.explore_cells",
+                                    "grader.devices")),
     ("checks and their feedback", ("grader.mistakes", "grader.errors", "grader.hidden", "grader.diagnose",
                                    "grader.checks", "grader.checks.*")),
     ("the sandbox", ("grader.sandbox", "grader.sandbox.*")),
