@@ -122,7 +122,9 @@ def test_every_exercise_has_a_general_case_that_cannot_be_guessed():
     """Every exercise's hidden checks include, on the CPU and for any seed, a value check that a
     blind guess passes less than once in 2**20 tries: the one that lets its other cases earn."""
     for name, ex in EXERCISES.items():
-        for seed in range(60):
+        # find_leaking_layer's hidden models are redrawn until their margins hold (seconds a seed);
+        # which kinds of check it declares does not depend on the seed
+        for seed in range(6 if name == "find_leaking_layer" else 60):
             kinds = {c.kind for c in ex.make_checks(seed, hidden=True) if c.requires is None}
             assert "value" in kinds, (name, seed)
 
