@@ -100,8 +100,10 @@ def default_device_judge(recipe: Recipe):
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
             if outcome.error is not None:
-                if errors.is_stub_error(outcome.error):
-                    return raised(outcome.error, inputs_of(recipe, call))
+                if errors.is_stub_error(outcome.error) or not (
+                        errors.mixes_devices(outcome.error) or errors.reads_values(outcome.error)
+                        or "meta" in str(outcome.error)):
+                    return raised(outcome.error, inputs_of(recipe, call))  # not a device's doing
                 return dg.fail(MADE_ON_DEFAULT + f" (it raised {errors.quoted(outcome.error)})",
                                f"inputs on cpu, default device {call.default_device}: "
                                f"{inputs_of(recipe, call)}")
