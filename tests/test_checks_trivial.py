@@ -125,7 +125,8 @@ def test_every_exercise_has_a_general_case_that_cannot_be_guessed():
         # find_leaking_layer's hidden models are redrawn until their margins hold (seconds a seed);
         # which kinds of check it declares does not depend on the seed
         for seed in range(6 if name == "find_leaking_layer" else 60):
-            kinds = {c.kind for c in ex.make_checks(seed, hidden=True) if c.requires is None}
+            # on this machine: no CUDA; triton's checks run here (its interpreter)
+            kinds = {c.kind for c in ex.make_checks(seed, hidden=True) if c.requires != "cuda"}
             assert "value" in kinds, (name, seed)
 
 
