@@ -102,7 +102,8 @@ OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
 @pytest.mark.parametrize("env", [{}, OTHER_CPU], ids=["this-cpu", "scalar-one-thread"])
 def test_release_check_cli_passes_on_the_tree(env):
     """The data were recorded on some machine; --check must agree with them on this one, with
-    vectorised kernels or not (grader.checks.agreement.same, grader.checks.recorded.canonical; grader.cases.normal)."""
+    vectorised kernels or not (grader.checks.agreement.same, grader.checks.recorded.canonical;
+    grader.cases.normal)."""
     done = subprocess.run([sys.executable, "-m", "grader", "release", "--check"], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, **env})
     assert done.returncode == 0, done.stdout + done.stderr
