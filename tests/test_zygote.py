@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from grader.sandbox import allowlist, bubblewrap, namespaces, procs, supervisor, zygote
 from grader.sandbox.limits import worker_env
@@ -103,8 +104,10 @@ def test_a_forked_worker_looks_like_a_fresh_one_and_sees_nothing_of_the_grader(z
     assert lines[0].startswith("ready ") and any(line.startswith("loaded ") for line in lines)
     facts = json.loads((tmp / "stdout.txt").read_text().strip().splitlines()[-1])
     assert facts["modules"] == [], "the reference or the checks are in the worker's memory"
+    # Without CUDA the worker also sets TRITON_INTERPRET=1, for chapter 13's kernels (worker.py).
+    interpret = {} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}
     assert facts["env"] == {**worker_env(Path(namespaces.WORK)), "HOME": namespaces.HOME,
-                            "PYTHONPATH": allowlist.sandbox_pythonpath()}
+                            "PYTHONPATH": allowlist.sandbox_pythonpath(), **interpret}
     assert "GRADER_SEED" not in facts["env"] and zygote.ZYGOTE_ENV not in facts["env"]
     assert facts["cwd"] == namespaces.WORK and facts["tempdir"] == namespaces.WORK
     assert facts["uid"] == namespaces.UID and facts["pid"] == 1
