@@ -130,6 +130,7 @@ def influence_matrix_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                  [Call((mix_fn(gen, L, d, d, scale=24.0), x(torch.float16)))]),
         J.dtypes(R, "in x's dtype", [Call((mix_fn(gen, L, d, d), x(dt))) for dt in cases.FLOATS]),
         P.unchanged(R, "does not modify x", [Call((attention_fn(gen, d, True), x()))]),
+        P.made_on_inputs_device(R, P.MADE_ON_INPUTS, [Call((attention_fn(gen, d, True), x()))]),
         P.on_cuda(R, "matches on CUDA", [Call((attention_fn(gen, d, True), x()))]),
     ]
 
@@ -355,6 +356,7 @@ def find_leaking_layer_checks(seed: int = 0, hidden: bool = True) -> list[Check]
     if not hidden:
         return checks
     checks.append(P.unchanged(LEAKING, "does not modify x", pub[1:2]))  # run publicly (with_public_rules)
+    checks.append(P.made_on_inputs_device(LEAKING, P.MADE_ON_INPUTS, pub[1:2], shapes=False))
     gen = cases.generator(seed, "find_leaking_layer")
     for c in ("first", "second", "third"):
         # 5 random models of 3 to 5 layers (2 clean), then one of each SPECIAL class: a blind guess

@@ -64,7 +64,7 @@ def lengths_mask_checks(R: J.Recipe, seed: int, B_range: tuple[int, int], L_rang
         J.values(R, "matches reference (random B, lengths)", calls),
         *edges,
         J.dtypes(R, "returns torch.bool", [Call((lengths, L))]),
-        P.on_device(R, "on lengths' device, vectorised (meta)", [Call((lengths, L), device="meta")]),
+        *P.device_checks(R, "on lengths' device, vectorised (meta)", [Call((lengths, L), device="meta")]),
         P.unchanged(R, "does not modify lengths", [Call((lengths, L))]),
         P.on_cuda(R, "matches on CUDA", [Call((lengths, L))]),
     ]
@@ -160,7 +160,7 @@ def padded_encoder_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         Check("what the padding holds does not change the real tokens (3 layers)", refilled(gen, drawn(N=3)),
               P.pair_judge(R, real_tokens, M["padding_leak"]), kind="property"),
         J.dtypes(R, "keeps x's dtype", [drawn(dtype=torch.float64), drawn(dtype=torch.float32)]),
-        P.on_device(R, "on x's device, vectorised (meta)", [Call(drawn().args, device="meta")]),
+        *P.device_checks(R, "on x's device, vectorised (meta)", [Call(drawn().args, device="meta")]),
         P.unchanged(R, "does not modify x, lengths or weights", [drawn()]),
         P.on_cuda(R, "matches on CUDA", [drawn()]),
     ]

@@ -142,7 +142,7 @@ def document_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "one document, and one token",
                  [Call((torch.full((2, 5), 7),)), Call((torch.tensor([[3]]),))], edge=True),
         J.dtypes(R, "returns torch.bool", [Call((ids,))]),
-        P.on_device(R, "on doc_ids' device, vectorised (meta)", [Call((ids,), device="meta")]),
+        *P.device_checks(R, "on doc_ids' device, vectorised (meta)", [Call((ids,), device="meta")]),
         P.unchanged(R, "does not modify doc_ids", [Call((ids,))]),
         P.on_cuda(R, "matches on CUDA", [Call((ids,))]),
     ]
@@ -247,7 +247,7 @@ def tile_lists_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                                       Call((torch.ones(1, 2, 5, 7, dtype=torch.bool), 8))], kind="edge"),
         Check("returns int32", [drawn()], tile_judge.tile_dtype_judge(R), kind="property"),
         values("tile left out: 64 (L = 70)", [Call((head_windows(1, 2, 70),))]),
-        P.on_device(R, "on mask's device, vectorised (meta)",
+        *P.device_checks(R, "on mask's device, vectorised (meta)",
                     [Call((head_windows(1, 2, 10), 4), device="meta"),
                      Call((head_windows(1, 2, 70),), device="meta")]),
         P.unchanged(R, "does not modify mask", [drawn()]),

@@ -352,17 +352,17 @@ def padded_chunked_mask(attention_mask, Lq, chunk):
     return (j <= p) & same & attention_mask[:, None, None, :]
 
 
-def ring_positions(L, world, r, layout):
+def ring_positions(L, world, r, layout, device=None):
     c = L // (2 * world)
     a, b = (r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1)
-    return torch.cat([torch.arange(a * c, a * c + c), torch.arange(b * c, b * c + c)])
+    return torch.cat([torch.arange(a * c, a * c + c, device=device), torch.arange(b * c, b * c + c, device=device)])
 
 
 def ring_attention(q, k, v, world, layout="zigzag"):
     L = q.shape[-2]
     if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
         raise ValueError(f"bad ring: L={L}, world={world}, layout={layout!r}")
-    pos = [ring_positions(L, world, r, layout).to(q.device) for r in range(world)]
+    pos = [ring_positions(L, world, r, layout, q.device) for r in range(world)]
     held = [(k[..., p, :], v[..., p, :], p) for p in pos]  # the shard each rank holds
     acc, steps = [None] * world, [[] for _ in range(world)]
     for _ in range(world):
@@ -462,11 +462,11 @@ def find_leaking_layer(model, x):
 
 def leaks_across_padding(decoder, tokens, lengths):
     L = tokens.shape[1]
-    real = torch.arange(L) >= L - lengths[:, None]  # (B, L): left padding, the real tokens last
+    real = torch.arange(L, device=tokens.device) >= L - lengths[:, None]  # (B, L): left padding, real last
     base = decoder(tokens, lengths)
     V = decoder.vocab_size
     for _ in range(3):
-        other = (tokens + torch.randint(1, V, tokens.shape)) % V  # every padding token changes
+        other = (tokens + torch.randint(1, V, tokens.shape, device=tokens.device)) % V  # every pad changes
         out = decoder(torch.where(real, tokens, other), lengths)
         if not torch.allclose(out[real], base[real], rtol=1e-4, atol=1e-5):
             return True

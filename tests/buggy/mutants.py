@@ -11,6 +11,7 @@ import math
 import torch
 
 from . import correct as ok
+from . import tiled as tiled_mistakes
 
 
 def _softmax_fill(scores, mask, fill):
@@ -266,7 +267,138 @@ def mha_on_default_device(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
     return ok.multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask)
 
 
-#: Issue 46 item 5's classes in chapters 2, 5, 9, 10 and 12: (exercise, mutant), each caught at every seed.
+# "A tensor made on the default device" in the exercises that take tensors: each is right wherever
+# the default device is the inputs' device (a CPU-only machine, until the checks move the default).
+
+
+def ring_on_default_device(q, k, v, world, layout="zigzag"):
+    """The ring's positions made by torch.arange on the default device, then moved with .to()."""
+    L = q.shape[-2]
+    if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
+        raise ValueError(f"bad ring: L={L}, world={world}, layout={layout!r}")
+    c = L // (2 * world)
+    pos = []
+    for r in range(world):
+        a, b = (r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1)
+        pos.append(torch.cat([torch.arange(a * c, a * c + c), torch.arange(b * c, b * c + c)]).to(q.device))
+    held = [(k[..., p, :], v[..., p, :], p) for p in pos]
+    acc, steps = [None] * world, [[] for _ in range(world)]
+    for _ in range(world):
+        for r in range(world):
+            kk, vv, kp = held[r]
+            m = pos[r][:, None] >= kp[None, :]
+            if m.any():
+                part = ok.attention_lse(q[..., pos[r], :], kk, vv, m)
+                steps[r].append(part)
+                acc[r] = part if acc[r] is None else ok.merge_partials(*acc[r], *part)
+        held = [held[(r - 1) % world] for r in range(world)]
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    lse = torch.empty(q.shape[:-1], device=q.device)
+    for r in range(world):
+        out[..., pos[r], :], lse[..., pos[r]] = acc[r]
+    return out, lse, steps
+
+
+def cascade_on_default_device(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
+    """The suffix's real keys compared with a torch.arange(S) made on the default device."""
+    N, H, d = q.shape
+    S = suffix_k.shape[2]
+    if prefix_k.shape[0] != H or suffix_k.shape[:2] != (N, H) or suffix_lengths.shape != (N,) \
+            or bool((suffix_lengths < 0).any()) or bool((suffix_lengths > S).any()):
+        raise ValueError("shapes or lengths do not fit")
+    o1, l1 = ok.attention_lse(q.transpose(0, 1).unsqueeze(0), prefix_k.unsqueeze(0), prefix_v.unsqueeze(0))
+    real = torch.arange(S) < suffix_lengths[:, None]
+    o2, l2 = ok.attention_lse(q.unsqueeze(2), suffix_k, suffix_v, real[:, None, None, :])
+    return ok.merge_partials(o1[0].transpose(0, 1), l1[0].transpose(0, 1), o2[:, :, 0], l2[:, :, 0])
+
+
+def _leaks(decoder, tokens, lengths, *, positions_here=True, refill_here=True):
+    L = tokens.shape[1]
+    real = torch.arange(L, device=tokens.device if positions_here else None) >= L - lengths[:, None]
+    base = decoder(tokens, lengths)
+    V = decoder.vocab_size
+    for _ in range(3):
+        other = (tokens + torch.randint(1, V, tokens.shape, device=tokens.device if refill_here else None)) % V
+        out = decoder(torch.where(real, tokens, other), lengths)
+        if not torch.allclose(out[real], base[real], rtol=1e-4, atol=1e-5):
+            return True
+    return False
+
+
+def leaks_refill_on_default_device(decoder, tokens, lengths):
+    """The new padding tokens drawn by torch.randint on the default device."""
+    return _leaks(decoder, tokens, lengths, refill_here=False)
+
+
+def leaks_positions_on_default_device(decoder, tokens, lengths):
+    """The positions that tell real tokens from padding made by torch.arange on the default device."""
+    return _leaks(decoder, tokens, lengths, positions_here=False)
+
+
+def _influence_rows(f, x):
+    """The influence matrix row by row (one backward per output position), into a torch.zeros made on
+    the default device."""
+    x = x.detach().clone().requires_grad_(True)
+    y = f(x)
+    L = x.shape[0]
+    infl = torch.zeros(L, L)
+    for i in range(L):
+        for j in range(y.shape[1]):
+            (g,) = torch.autograd.grad(y[i, j], x, retain_graph=True)
+            infl[i] += g.float().pow(2).sum(dim=-1)
+    return infl.sqrt().to(x.dtype)
+
+
+def influence_on_default_device(f, x):
+    return _influence_rows(f, x)
+
+
+def find_leaking_on_default_device(model, x):
+    """The prefixes' influence measured row by row into a matrix made on the default device."""
+    layers = model.layers
+    for k in range(len(layers)):
+        def prefix(h, k=k):
+            for layer in layers[:k + 1]:
+                h = layer(h)
+            return h
+
+        infl = _influence_rows(prefix, x)
+        if bool((infl.triu(1) > 1e-3 * infl.max()).any()):
+            return k
+    return None
+
+
+def lse_on_default_device(q, k, v, mask=None):
+    """The mask made for mask=None by torch.ones on the default device."""
+    if mask is None:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
+    return ok.attention_lse(q, k, v, mask)
+
+
+def tiled_on_default_device(q, k, v, mask=None, tile=64):
+    """The mask made for mask=None by torch.ones on the default device."""
+    if mask is None:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
+    return ok.tiled_attention(q, k, v, mask, tile)
+
+
+def padded_chunked_on_default_device(attention_mask, Lq, chunk):
+    """The key positions made by torch.arange(Lk) on the default device."""
+    Lk = attention_mask.shape[-1]
+    if Lq < 1 or Lq > Lk or chunk < 1:
+        raise ValueError(f"bad sizes: Lq={Lq}, Lk={Lk}, chunk={chunk}")
+    pad = (attention_mask.long().cumsum(-1) == 0).sum(-1)[:, None, None, None]
+    p = torch.arange(Lk - Lq, Lk, device=attention_mask.device)[:, None]
+    j = torch.arange(Lk)
+    same = (j - pad).div(chunk, rounding_mode="floor") == (p - pad).div(chunk, rounding_mode="floor")
+    return (j <= p) & same & attention_mask[:, None, None, :]
+
+
+def padding_mask_on_default_device(lengths, max_len):
+    return torch.arange(max_len)[None, :] < lengths[:, None]
+
+
+#: Issue 46 item 5's classes: (exercise, mutant), each caught at every seed.
 CLASSES_46 = [
     ("masked_softmax", masked_softmax_fill_lowest),
     ("sink_attention", sink_fill_1e9),
@@ -277,4 +409,45 @@ CLASSES_46 = [
     ("block_diffusion_mask", bd_refuses_one),
     ("block_diffusion_mask", bd_accepts_zero),
     ("multi_head_attention", mha_on_default_device),
+    ("ring_attention", ring_on_default_device),
+    ("cascade_attention", cascade_on_default_device),
+    ("leaks_across_padding", leaks_refill_on_default_device),
+    ("leaks_across_padding", leaks_positions_on_default_device),
+    ("influence_matrix", influence_on_default_device),
+    ("find_leaking_layer", find_leaking_on_default_device),
+    ("attention_lse", lse_on_default_device),
+    ("tiled_attention", tiled_on_default_device),
+    ("padded_chunked_mask", padded_chunked_on_default_device),
+    ("padding_mask", padding_mask_on_default_device),
+]
+
+
+def ring_lse_in_q_dtype(q, k, v, world, layout="zigzag"):
+    """The merged lse stored in q's dtype (torch.empty(..., dtype=q.dtype)): float16 for float16 q."""
+    out, lse, steps = ok.ring_attention(q, k, v, world, layout)
+    return out, lse.to(q.dtype), steps
+
+
+def decay_in_gates_dtype(log_gates, doc_ids=None):
+    """D returned in the gates' dtype (float16 for float16 gates), not float32."""
+    return ok.decay_mask(log_gates, doc_ids).to(log_gates.dtype)
+
+
+def decay_cumsum_in_gates_dtype(log_gates, doc_ids=None):
+    """The prefix sums taken in the gates' own dtype: half precision loses the small gates."""
+    c = log_gates.clamp(min=-1e4).cumsum(-1).float()
+    L = c.shape[-1]
+    pos = torch.arange(L, device=c.device)
+    allowed = (pos[None, :] <= pos[:, None]).expand(c.shape[0], L, L)
+    if doc_ids is not None:
+        allowed = allowed & (doc_ids[:, :, None] == doc_ids[:, None, :])
+    return torch.exp((c[:, :, None] - c[:, None, :]).masked_fill(~allowed, float("-inf")))
+
+
+CLASSES_46 += [
+    ("tiled_attention_backward", tiled_mistakes.backward_fill_1e9),
+    ("tiled_attention_backward", tiled_mistakes.backward_fill_lowest),
+    ("ring_attention", ring_lse_in_q_dtype),
+    ("decay_mask", decay_in_gates_dtype),
+    ("decay_mask", decay_cumsum_in_gates_dtype),
 ]

@@ -269,7 +269,7 @@ def ring_attention(q, k, v, world, layout="zigzag"):
         raise ValueError("2·world must divide L; layout is 'zigzag' or 'contiguous'")
     c = L // (2 * world)
     chunks = [(r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1) for r in range(world)]
-    pos = [torch.cat([torch.arange(a * c, (a + 1) * c) for a in ch]).to(q.device) for ch in chunks]
+    pos = [torch.cat([torch.arange(a * c, (a + 1) * c, device=q.device) for a in ch]) for ch in chunks]
     ring = [{"k": k[..., p, :], "v": v[..., p, :], "pos": p} for p in pos]
     out, lse = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device), None
     lse = torch.full(q.shape[:-1], float("-inf"), device=q.device)

@@ -83,7 +83,7 @@ def tiled_one_tile(q, k, v, mask=None, tile=64):
 # --------------------------------------------------------------------------- tiled_attention_backward
 
 def _backward(q, k, v, out, lse, d_out, mask, tile, *, row_term=True, scaled_scores=True, grad_scale=True,
-              guard=True, skip="all", half=False, tile_softmax=False):
+              guard=True, skip="all", half=False, tile_softmax=False, fill=float("-inf")):
     B, H, Lq, d = q.shape
     Lk = k.shape[2]
     if mask is not None:
@@ -105,7 +105,7 @@ def _backward(q, k, v, out, lse, d_out, mask, tile, *, row_term=True, scaled_sco
         kt, vt = k[:, :, c:c + tile].to(f), v[:, :, c:c + tile].to(f)
         s = x @ kt.mT / (math.sqrt(d) if scaled_scores else 1.0)
         if keep is not None:
-            s = s.masked_fill(~keep, float("-inf"))
+            s = s.masked_fill(~keep, fill)
         if tile_softmax:  # the tile's own max and sum: what the forward's tile saw, not the row's
             p = torch.softmax(s, dim=-1).nan_to_num(0.0)
         else:
@@ -116,6 +116,16 @@ def _backward(q, k, v, out, lse, d_out, mask, tile, *, row_term=True, scaled_sco
         dq += ds @ kt * sc
         dk[:, :, c:c + tile] = ds.mT @ x * sc
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def backward_fill_1e9(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """Blocked keys filled with -1e9 instead of -inf: they outweigh allowed scores below -1e9."""
+    return _backward(q, k, v, out, lse, d_out, mask, tile, fill=-1e9)
+
+
+def backward_fill_lowest(q, k, v, out, lse, d_out, mask=None, tile=64):
+    """Blocked keys filled with float32's lowest value instead of -inf."""
+    return _backward(q, k, v, out, lse, d_out, mask, tile, fill=torch.finfo(torch.float32).min)
 
 
 def backward_no_row_term(q, k, v, out, lse, d_out, mask=None, tile=64):

@@ -103,6 +103,7 @@ def cascade_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "bfloat16 (lse in float32)", [Call(x(BF16))]),
         J.dtypes(R, "out in q's dtype, lse float32", [Call(x(dt)) for dt in cases.FLOATS]),
         P.unchanged(R, "does not modify inputs", [Call(x())]),
+        *P.device_checks(R, "on the inputs' device (meta)", [Call(x(), device="meta")], vectorised=False),
         P.on_cuda(R, "matches on CUDA", [Call(x()), Call(x(F16))]),
         # The prefix read once is the exercise: it outweighs every other check together (a per-sequence
         # loop, or the prefix copied per sequence, loses more than half the points).

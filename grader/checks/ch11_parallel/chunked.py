@@ -162,7 +162,7 @@ def padded_chunked_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check
                  [Call((left_padded(gen, 2, Lk, [Lk, 1]), Lk, chunk)),
                   Call((left_padded(gen, 2, Lk, [2, 0]), Lk, Lk + 1))], edge=True),
         J.dtypes(R, "bool (True = may attend)", [Call((x(), Lk, chunk))]),
-        P.on_device(R, "on attention_mask's device (meta)", [Call((x(), Lk, chunk), device="meta")],
+        *P.device_checks(R, "on attention_mask's device (meta)", [Call((x(), Lk, chunk), device="meta")],
                     vectorised=False),
         P.unchanged(R, "does not modify attention_mask", [Call((x(), Lk, chunk))]),
         P.on_cuda(R, "matches on CUDA", [Call((x(True), Lk - 2, chunk))]),

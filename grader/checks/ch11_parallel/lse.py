@@ -173,7 +173,7 @@ def attention_lse_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                     [Call((*x(), cases.two_keys_or_none(per_head())))]),
         J.dtypes(R, "out in the inputs' dtype, lse float32",
                  [Call((*x(dt), per_head())) for dt in cases.FLOATS]),
-        P.on_device(R, "on the inputs' device (meta), with and without a mask",
+        *P.device_checks(R, "on the inputs' device (meta), with and without a mask",
                     [Call(x(), device="meta"), Call((*x(), per_head()), device="meta")], vectorised=False),
         P.unchanged(R, "does not modify inputs", [Call((*x(), per_head()))]),
         P.on_cuda(R, "matches on CUDA", [Call((*x(F16), per_head())), Call(x())]),
@@ -270,7 +270,7 @@ def merge_partials_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         J.values(R, "bfloat16 outputs, float32 lse", [Call(p(BF16))]),
         P.gradients(R, "finite gradients where one or both parts are empty, match reference", [Call(p())]),
         J.dtypes(R, "out in out1's dtype, lse float32", [Call(p(dt)) for dt in cases.FLOATS]),
-        P.on_device(R, "on the inputs' device (meta)", [Call(p(), device="meta")], vectorised=False),
+        *P.device_checks(R, "on the inputs' device (meta)", [Call(p(), device="meta")], vectorised=False),
         P.unchanged(R, "does not modify inputs", [Call(p())]),
         P.on_cuda(R, "matches on CUDA", [Call(p()), Call(p(F16))]),
     ]

@@ -185,6 +185,17 @@ def skippable_saved(gen, B, H, Lq, Lk, tile) -> tuple:
     return saved(gen, q, k, v, mask, nan_tiles=tiles)
 
 
+def negative_saved(gen, B, H, Lq, Lk, dv, mask) -> tuple:
+    """:func:`saved` for scores exact in float32 and below -2e9 (:func:`grader.cases.exact_qk`, head
+    width 4) with small integer v and d_out: each row's weights are one-hot and every product is
+    exact, so dq = dk = 0 and dv sums rows of d_out, exactly, whatever the route. A blocked key
+    filled with -1e9 (or float32's lowest) instead of -inf weighs exp(s - lse) = inf there."""
+    q, k = cases.exact_qk(gen, (B, H, Lq, cases.EXACT_D), (B, H, Lk, cases.EXACT_D), "negative")
+    v = cases.randint_(gen, (B, H, Lk, dv), -4, 4).float()
+    out, lse = am.attention_lse(q, k, v, mask)
+    return q, k, v, out, lse, cases.randint_(gen, tuple(out.shape), -4, 4).float(), mask
+
+
 def big_scores(gen, B, H, Lq, Lk, dv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q (B, H, Lq, 4) and k (B, H, Lk, 4) of integers up to about ±20, so that q·k / sqrt(4) is
     exact in float32 and often beyond 88, where exp overflows float32; v (B, H, Lk, dv) normal."""
@@ -270,6 +281,8 @@ def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[
         # recomputation from the lse, not float32's rounding of scores near 1e2.
         J.values(R, "large scores (≈ 1e2, past exp in float32) next to masked keys",
                  [Call(S(*big_scores(gen, B, H, Lq, Lk, dv), per_head()), {"tile": tile})]),
+        J.values(R, "allowed scores below -2e9 (exact) beside blocked keys: a finite fill outweighs them",
+                 [Call(negative_saved(gen, B, H, Lq, Lk, dv, per_head()), {"tile": tile})]),
         J.values(R, "float16, with a fully masked row", [Call(S(*x(F16), shared()), {"tile": tile})]),
         J.values(R, "bfloat16, with a fully masked row", [Call(S(*x(BF16), per_head()), {"tile": tile})]),
         J.values(R, "float16 and bfloat16 with sharp weights (Lq=32, Lk=48, d=16)",
@@ -277,7 +290,7 @@ def tiled_attention_backward_checks(seed: int = 0, hidden: bool = True) -> list[
                        {"tile": 8}) for dt in (F16, BF16)]),
         J.dtypes(R, "dq, dk, dv keep the inputs' dtype",
                  [Call(S(*x(dt), shared()), {"tile": tile}) for dt in cases.FLOATS]),
-        P.on_device(R, "on the inputs' device (meta), with and without a mask",
+        *P.device_checks(R, "on the inputs' device (meta), with and without a mask",
                     [Call(S(*x(), None)[:6], device="meta"),
                      Call(S(*x(), shared()), {"tile": tile}, device="meta")], vectorised=False),
         P.unchanged(R, "does not modify inputs", [Call(S(*x(), per_head()), {"tile": tile})]),

@@ -87,7 +87,7 @@ def tiled_attention_fn_checks(seed: int = 0, hidden: bool = True) -> list[Check]
                  [Call((*exact_qkv(gen, B, H, Lq, Lk, dv, "large"), per_head()), {"tile": tile})]),
         J.values(R, "float16 and bfloat16, with a fully masked row",
                  [Call((*x(dt), shared()), {"tile": tile}) for dt in (torch.float16, torch.bfloat16)]),
-        P.on_device(R, "on the inputs' device (meta), with and without a mask",
+        *P.device_checks(R, "on the inputs' device (meta), with and without a mask",
                     [Call(x(), device="meta"), Call((*x(), shared()), {"tile": tile}, device="meta")],
                     vectorised=False),
         P.on_cuda(R, "matches on CUDA", [Call((*x(), per_head()), {"tile": tile})]),

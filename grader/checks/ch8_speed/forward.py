@@ -178,7 +178,7 @@ def tiled_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                           {"tile": tile})]),
         J.dtypes(R, "keeps the inputs' dtype",
                  [Call((*x(dt), shared()), {"tile": tile}) for dt in cases.FLOATS]),
-        P.on_device(R, "on the inputs' device (meta), with and without a mask",
+        *P.device_checks(R, "on the inputs' device (meta), with and without a mask",
                     [Call(x(), device="meta"), Call((*x(), shared()), {"tile": tile}, device="meta")],
                     vectorised=False),
         P.unchanged(R, "does not modify inputs", [Call((*x(), per_head()), {"tile": tile})]),

@@ -90,12 +90,21 @@ MADE_ON_DEFAULT = ("a tensor is made on PyTorch's default device instead of the 
                    "torch.zeros(..., device=x.device)), or build it from an input (zeros_like, new_zeros).")
 
 
+def _devices(devices) -> list[str | None]:
+    """The devices of an outcome's tensors, however deep (``ring_attention``'s steps are lists)."""
+    if isinstance(devices, tuple | list):
+        return [d for part in devices for d in _devices(part)]
+    return [devices]
+
+
 @rebuildable
-def default_device_judge(recipe: Recipe):
+def default_device_judge(recipe: Recipe, shapes: bool = True):
     """Calls whose inputs are on the CPU, run with another default device (``Call.default_device``):
-    every output must be on the CPU with the contract's dtype and shape, and the call must not raise (a
-    tensor made on the default device meets the CPU inputs and raises, or comes back on the wrong device)."""
-    inner = device_judge(recipe, "cpu", True)
+    every output must be on the CPU, with the contract's dtype and shape when ``shapes`` (an
+    exercise whose outputs are not a recipe's tensors, such as an answer or a list of steps, says
+    False), and the call must not raise (a tensor made on the default device meets the CPU inputs
+    and raises, or comes back on the wrong device)."""
+    inner = device_judge(recipe, "cpu", True) if shapes else None
 
     def judge(calls, outcomes):
         for call, outcome in zip(calls, outcomes):
@@ -108,29 +117,36 @@ def default_device_judge(recipe: Recipe):
                                f"inputs on cpu, default device {call.default_device}: "
                                f"{inputs_of(recipe, call)}")
             devices = outcome.devices if isinstance(outcome.devices, tuple | list) else (outcome.devices,)
-            for name, dev in zip(recipe.out_names, devices):
-                if dev is not None and dev != "cpu":
-                    return dg.fail(f"{name} is on {dev}; expected cpu, the inputs' device — "
-                                   + MADE_ON_DEFAULT,
+            for i, dev in enumerate(devices):
+                name = recipe.out_names[i] if i < len(recipe.out_names) else f"output {i}"
+                if any(d is not None and d != "cpu" for d in _devices(dev)):
+                    return dg.fail(f"{name} is on {next(d for d in _devices(dev) if d not in (None, 'cpu'))}"
+                                   "; expected cpu, the inputs' device — " + MADE_ON_DEFAULT,
                                    f"inputs on cpu, default device {call.default_device}: "
                                    f"{inputs_of(recipe, call)}")
-        return inner(calls, outcomes)
+        return inner(calls, outcomes) if inner is not None else dg.PASS
 
     return dg.judged(judge)
+
+
+#: The name of the check :func:`made_on_inputs_device` makes, in every exercise that has one.
+MADE_ON_INPUTS = "made on the inputs' device, not PyTorch's default one"
 
 
 def device_checks(recipe: Recipe, name: str, calls: list[Call], *, vectorised: bool = True) -> list[Check]:
     """:func:`on_device` on ``meta`` for ``calls``, and :func:`made_on_inputs_device` for the same
     calls with CPU inputs and the default device moved to ``meta``."""
     return [on_device(recipe, name, calls, vectorised=vectorised),
-            made_on_inputs_device(recipe, "made on the inputs' device, not PyTorch's default one", calls)]
+            made_on_inputs_device(recipe, MADE_ON_INPUTS, calls)]
 
 
-def made_on_inputs_device(recipe: Recipe, name: str, calls: list[Call]) -> Check:
+def made_on_inputs_device(recipe: Recipe, name: str, calls: list[Call], *, shapes: bool = True) -> Check:
     """The class "a tensor made on the default device", caught on a CPU-only machine: each call runs
-    with CPU inputs inside ``with torch.device("meta"):``, and its outputs must be on the CPU."""
+    with CPU inputs inside ``with torch.device("meta"):``, and its outputs must be on the CPU
+    (``shapes``: with the contract's dtypes and shapes, see :func:`default_device_judge`)."""
     moved = [Call(c.args, dict(c.kwargs), "cpu", c.allocations, default_device="meta") for c in calls]
-    return Check(name, moved, default_device_judge(recipe), kind="property")
+    return Check(name, moved, default_device_judge(recipe, shapes), kind="property")
+
 
 
 @rebuildable
