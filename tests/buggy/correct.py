@@ -355,7 +355,8 @@ def padded_chunked_mask(attention_mask, Lq, chunk):
 def ring_positions(L, world, r, layout, device=None):
     c = L // (2 * world)
     a, b = (r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1)
-    return torch.cat([torch.arange(a * c, a * c + c, device=device), torch.arange(b * c, b * c + c, device=device)])
+    return torch.cat([torch.arange(a * c, a * c + c, device=device),
+                      torch.arange(b * c, b * c + c, device=device)])
 
 
 def ring_attention(q, k, v, world, layout="zigzag"):

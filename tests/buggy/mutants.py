@@ -318,7 +318,8 @@ def _leaks(decoder, tokens, lengths, *, positions_here=True, refill_here=True):
     base = decoder(tokens, lengths)
     V = decoder.vocab_size
     for _ in range(3):
-        other = (tokens + torch.randint(1, V, tokens.shape, device=tokens.device if refill_here else None)) % V
+        here = tokens.device if refill_here else None
+        other = (tokens + torch.randint(1, V, tokens.shape, device=here)) % V
         out = decoder(torch.where(real, tokens, other), lengths)
         if not torch.allclose(out[real], base[real], rtol=1e-4, atol=1e-5):
             return True
