@@ -336,7 +336,7 @@ def leaks_positions_on_default_device(decoder, tokens, lengths):
     return _leaks(decoder, tokens, lengths, positions_here=False)
 
 
-def _influence_rows(f, x):
+def influence_on_default_device(f, x):
     """The influence matrix row by row (one backward per output position), into a torch.zeros made on
     the default device."""
     x = x.detach().clone().requires_grad_(True)
@@ -348,25 +348,6 @@ def _influence_rows(f, x):
             (g,) = torch.autograd.grad(y[i, j], x, retain_graph=True)
             infl[i] += g.float().pow(2).sum(dim=-1)
     return infl.sqrt().to(x.dtype)
-
-
-def influence_on_default_device(f, x):
-    return _influence_rows(f, x)
-
-
-def find_leaking_on_default_device(model, x):
-    """The prefixes' influence measured row by row into a matrix made on the default device."""
-    layers = model.layers
-    for k in range(len(layers)):
-        def prefix(h, k=k):
-            for layer in layers[:k + 1]:
-                h = layer(h)
-            return h
-
-        infl = _influence_rows(prefix, x)
-        if bool((infl.triu(1) > 1e-3 * infl.max()).any()):
-            return k
-    return None
 
 
 def lse_on_default_device(q, k, v, mask=None):
@@ -415,7 +396,6 @@ CLASSES_46 = [
     ("leaks_across_padding", leaks_refill_on_default_device),
     ("leaks_across_padding", leaks_positions_on_default_device),
     ("influence_matrix", influence_on_default_device),
-    ("find_leaking_layer", find_leaking_on_default_device),
     ("attention_lse", lse_on_default_device),
     ("tiled_attention", tiled_on_default_device),
     ("padded_chunked_mask", padded_chunked_on_default_device),
@@ -452,3 +432,15 @@ CLASSES_46 += [
     ("decay_mask", decay_in_gates_dtype),
     ("decay_mask", decay_cumsum_in_gates_dtype),
 ]
+
+
+def padchunk_reads_values(attention_mask, Lq, chunk):
+    """Each row's padding read back with int(...) and the rows built one by one: right values, but a
+    value read back on every row (it fails on meta, and breaks a compiled graph)."""
+    rows = [ok.padded_chunked_mask(attention_mask[b:b + 1], Lq, chunk)
+            if int((attention_mask[b].long().cumsum(-1) == 0).sum()) >= 0 else None
+            for b in range(attention_mask.shape[0])]
+    return torch.cat(rows)
+
+
+CLASSES_46 += [("padded_chunked_mask", padchunk_reads_values)]

@@ -130,7 +130,7 @@ def left_padded(gen, B: int, Lk: int, pads: list[int] | None = None, holes: bool
 @exercise(2.5, "padded_chunked_mask(attention_mask, Lq, chunk): bool (B, 1, Lq, Lk), True = may attend: "
           "query i of row b at p = Lk - Lq + i sees key j iff attention_mask[b, j], j <= p and "
           "(j - pad_b) // chunk == (p - pad_b) // chunk, pad_b = the number of leading False of row b "
-          "(transformers' chunked overlay with left padding).")
+          "(transformers' chunked overlay with left padding); vectorised, on attention_mask's device.")
 def padded_chunked_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
     R = PADDED
     pub = cases.generator(cases.PUBLIC_SEED, R.name)
@@ -162,8 +162,8 @@ def padded_chunked_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check
                  [Call((left_padded(gen, 2, Lk, [Lk, 1]), Lk, chunk)),
                   Call((left_padded(gen, 2, Lk, [2, 0]), Lk, Lk + 1))], edge=True),
         J.dtypes(R, "bool (True = may attend)", [Call((x(), Lk, chunk))]),
-        *P.device_checks(R, "on attention_mask's device (meta)", [Call((x(), Lk, chunk), device="meta")],
-                    vectorised=False),
+        *P.device_checks(R, "on attention_mask's device, vectorised (meta)",
+                         [Call((x(), Lk, chunk), device="meta")]),
         P.unchanged(R, "does not modify attention_mask", [Call((x(), Lk, chunk))]),
         P.on_cuda(R, "matches on CUDA", [Call((x(True), Lk - 2, chunk))]),
     ]
