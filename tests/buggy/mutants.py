@@ -427,7 +427,6 @@ def decay_cumsum_in_gates_dtype(log_gates, doc_ids=None):
 
 CLASSES_46 += [
     ("tiled_attention_backward", tiled_mistakes.backward_fill_1e9),
-    ("tiled_attention_backward", tiled_mistakes.backward_fill_lowest),
     ("ring_attention", ring_lse_in_q_dtype),
     ("decay_mask", decay_in_gates_dtype),
     ("decay_mask", decay_cumsum_in_gates_dtype),

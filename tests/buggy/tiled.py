@@ -123,11 +123,6 @@ def backward_fill_1e9(q, k, v, out, lse, d_out, mask=None, tile=64):
     return _backward(q, k, v, out, lse, d_out, mask, tile, fill=-1e9)
 
 
-def backward_fill_lowest(q, k, v, out, lse, d_out, mask=None, tile=64):
-    """Blocked keys filled with float32's lowest value instead of -inf."""
-    return _backward(q, k, v, out, lse, d_out, mask, tile, fill=torch.finfo(torch.float32).min)
-
-
 def backward_no_row_term(q, k, v, out, lse, d_out, mask=None, tile=64):
     return _backward(q, k, v, out, lse, d_out, mask, tile, row_term=False)
 
