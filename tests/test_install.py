@@ -27,6 +27,11 @@ from grader.checks import POINTS
 from grader.checks.ch13_kernels import KERNEL_EXERCISES
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Building a wheel and installing it with torch into a new venv (the first test to use the ``venv``
+# fixture pays for it) takes minutes on a busy machine: the fixture's own subprocess limits (up to
+# 30 minutes in all) bound it, not pytest-timeout's default of 5 minutes a test.
+pytestmark = pytest.mark.timeout(1800)
 COURSE_POINTS = sum(POINTS.values())  # the registry's; 100 once every chapter is in
 #: What the installed wheel grades: it has no triton (the [kernels] extra), so chapter 13 is skipped.
 WHEEL_POINTS = COURSE_POINTS - sum(POINTS[name] for name in KERNEL_EXERCISES)
