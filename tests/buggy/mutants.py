@@ -11,6 +11,7 @@ import math
 import torch
 
 from . import correct as ok
+from . import parallel as ring_mistakes
 from . import tiled as tiled_mistakes
 
 
@@ -273,30 +274,8 @@ def mha_on_default_device(x_q, x_kv, w_q, w_k, w_v, w_o, n_heads, mask=None):
 
 def ring_on_default_device(q, k, v, world, layout="zigzag"):
     """The ring's positions made by torch.arange on the default device, then moved with .to()."""
-    L = q.shape[-2]
-    if world < 1 or L % (2 * world) or layout not in ("zigzag", "contiguous"):
-        raise ValueError(f"bad ring: L={L}, world={world}, layout={layout!r}")
-    c = L // (2 * world)
-    pos = []
-    for r in range(world):
-        a, b = (r, 2 * world - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1)
-        pos.append(torch.cat([torch.arange(a * c, a * c + c), torch.arange(b * c, b * c + c)]).to(q.device))
-    held = [(k[..., p, :], v[..., p, :], p) for p in pos]
-    acc, steps = [None] * world, [[] for _ in range(world)]
-    for _ in range(world):
-        for r in range(world):
-            kk, vv, kp = held[r]
-            m = pos[r][:, None] >= kp[None, :]
-            if m.any():
-                part = ok.attention_lse(q[..., pos[r], :], kk, vv, m)
-                steps[r].append(part)
-                acc[r] = part if acc[r] is None else ok.merge_partials(*acc[r], *part)
-        held = [held[(r - 1) % world] for r in range(world)]
-    out = q.new_empty(*q.shape[:-1], v.shape[-1])
-    lse = torch.empty(q.shape[:-1], device=q.device)
-    for r in range(world):
-        out[..., pos[r], :], lse[..., pos[r]] = acc[r]
-    return out, lse, steps
+    return ring_mistakes._ring_attention(
+        q, k, v, world, layout, positions=lambda L, w, r, lay: ok.ring_positions(L, w, r, lay).to(q.device))
 
 
 def cascade_on_default_device(q, prefix_k, prefix_v, suffix_k, suffix_v, suffix_lengths):
