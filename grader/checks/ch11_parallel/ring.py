@@ -173,14 +173,14 @@ def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
         # A rank sees its shard: the ring never holds the (L, L) scores, so full causal attention in one
         # call beside correct steps holds over half of them and loses more than half the points here.
         Check(f"holds less than half of the (L, L) scores alive at once (B=1, H=2, L={RING_MEMORY[0]}, "
-              f"world={RING_MEMORY[1]}, both layouts)",
+              f"d=dv=2, world={RING_MEMORY[1]}, both layouts)",
               [Call((*qkv(gen, 1, 2, RING_MEMORY[0], RING_MEMORY[0], 2, 2), RING_MEMORY[1], layout),
                     allocations=True) for layout in ("zigzag", "contiguous")],
               LM.live_memory_judge(R, X["ring_one_pass"]), kind="property", weight=12.0),
         # ... and each of its steps meets one shard: out and lse from each rank's queries against all L
         # keys (no merge at all) stay under the live bound, and hold a tensor of L / world rows by L.
         Check(f"each step reads one shard: no tensor of a rank's queries against all keys (B=1, H=2, "
-              f"L={RING_MEMORY[0]}, world={RING_MEMORY[1]}, both layouts)",
+              f"L={RING_MEMORY[0]}, d=dv=2, world={RING_MEMORY[1]}, both layouts)",
               [Call((*qkv(gen, 1, 2, RING_MEMORY[0], RING_MEMORY[0], 2, 2), RING_MEMORY[1], layout),
                     allocations=True) for layout in ("zigzag", "contiguous")],
               LM.one_shard_judge(R, X["ring_all_keys"]), kind="property", weight=24.0),
