@@ -189,7 +189,7 @@ def negative_saved(gen, B, H, Lq, Lk, dv, mask) -> tuple:
     """:func:`saved` for scores exact in float32 and below -2e9 (:func:`grader.cases.exact_qk`, head
     width 4) with small integer v and d_out: each row's weights are one-hot and every product is
     exact, so dq = dk = 0 and dv sums rows of d_out, exactly, whatever the route. A blocked key
-    filled with -1e9 (or float32's lowest) instead of -inf weighs exp(s - lse) = inf there."""
+    filled with -1e9 instead of -inf weighs exp(s - lse) = inf there."""
     q, k = cases.exact_qk(gen, (B, H, Lq, cases.EXACT_D), (B, H, Lk, cases.EXACT_D), "negative")
     v = cases.randint_(gen, (B, H, Lk, dv), -4, 4).float()
     out, lse = am.attention_lse(q, k, v, mask)

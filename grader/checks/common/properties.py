@@ -119,9 +119,10 @@ def default_device_judge(recipe: Recipe, shapes: bool = True):
             devices = outcome.devices if isinstance(outcome.devices, tuple | list) else (outcome.devices,)
             for i, dev in enumerate(devices):
                 name = recipe.out_names[i] if i < len(recipe.out_names) else f"output {i}"
-                if any(d is not None and d != "cpu" for d in _devices(dev)):
-                    return dg.fail(f"{name} is on {next(d for d in _devices(dev) if d not in (None, 'cpu'))}"
-                                   "; expected cpu, the inputs' device — " + MADE_ON_DEFAULT,
+                elsewhere = [d for d in _devices(dev) if d not in (None, "cpu")]
+                if elsewhere:
+                    return dg.fail(f"{name} is on {elsewhere[0]}; expected cpu, the inputs' device — "
+                                   + MADE_ON_DEFAULT,
                                    f"inputs on cpu, default device {call.default_device}: "
                                    f"{inputs_of(recipe, call)}")
         return inner(calls, outcomes) if inner is not None else dg.PASS
@@ -146,7 +147,6 @@ def made_on_inputs_device(recipe: Recipe, name: str, calls: list[Call], *, shape
     (``shapes``: with the contract's dtypes and shapes, see :func:`default_device_judge`)."""
     moved = [Call(c.args, dict(c.kwargs), "cpu", c.allocations, default_device="meta") for c in calls]
     return Check(name, moved, default_device_judge(recipe, shapes), kind="property")
-
 
 
 @rebuildable
