@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import hidden, rules, safetext, submission
+from . import hidden, rules, safetext, submission, timing
 from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
 from .devices import NEEDS_TRITON, cuda_available, needs_cuda, triton_available
 from .results import (
@@ -88,12 +88,13 @@ class _Exercise:
         self.final = False
         self.public_errors: dict[str, str] = {}  # exception type -> the public check that raised it
         self.timed_out: int | None = None  # the check in which the worker stopped a call at the time limit
+        self.timing = timing.ExerciseTiming()
         from .spec import Verdict
 
         try:
-            if checks is None:
-                checks = exercise.make_checks(seed, hidden=not public_only)
-            self.checks = list(checks)
+            with timing.measure(self.timing.build):
+                self.checks = list(exercise.make_checks(seed, hidden=not public_only) if checks is None
+                                   else checks)
         except Exception as e:  # noqa: BLE001
             self.result.status = GRADER_ERROR
             self.result.message = (f"internal grader error: the checks could not be built "
@@ -195,8 +196,11 @@ class _Grading:
             st.outcomes_seen.extend(o.error for o in outcomes)  # only errors: records are not kept
             if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
                 st.timed_out = ci
-        st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout,
-                                public_errors=st.public_errors, hidden_run=self.secret)
+        judged = timing.Spent()
+        with timing.measure(judged):
+            st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout,
+                                    public_errors=st.public_errors, hidden_run=self.secret)
+        st.timing.count(st.checks[ci].name, st.checks[ci].public, outcomes, judged)
 
     def exercise_done(self, ei: int) -> None:
         if 0 <= ei < len(self.states):
@@ -321,8 +325,6 @@ def grade(
         if refused is not None:
             src, report.error, report.internal_error = None, refused, True
         elif unconfined and confined:  # asked for, refused, graded in the sandbox: never in silence
-            from .sandbox import allowlist
-
             why = allowlist.unconfined_refused() or "class mode's sandbox is shared"
             report.notes.append(f"--unconfined was refused ({why}): graded inside the sandbox")
     try:
@@ -337,6 +339,7 @@ def grade(
         has_cuda = cuda_available()
         states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]
+        report.timing = {st.exercise.name: st.timing for st in states}
         if src is None:
             # The submission could not be read (not found), or no student code may run here (not graded).
             status = GRADER_ERROR if report.internal_error else NOT_FOUND
@@ -350,7 +353,7 @@ def grade(
         if server is None:
             grading.loaded({"found": {}, "errors": []})
         else:
-            secrets = secret_paths([path, *hide])
+            secrets = allowlist.secret_paths([path, *hide])
             with _one_thread():
                 measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
             report.isolation = namespaces.isolation(confined, measured, secrets)
@@ -387,20 +390,6 @@ def _one_thread():
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def secret_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
-    """Paths a worker must not see, which it counts from inside (see
-    :func:`grader.sandbox.namespaces.measure`): the course's content
-    (:func:`grader.sandbox.allowlist.course_content`: the reference, the solutions, ...), and
-    ``extra`` (the submission, other submissions, report files). Not the course's folder as
-    such: a venv inside it is what the sandbox shows of it, and that is no secret."""
-    found = [*map(Path, allowlist.course_content()), *map(Path, extra)]
-    out = []
-    for p in found:
-        if p is not None and str(p.resolve()) not in out and p.resolve() != Path("/"):
-            out.append(str(p.resolve()))
-    return out
 
 
 def _note_source_problems(src: submission.Source, report: Report) -> None:

@@ -2,7 +2,7 @@
 
 Plain dataclasses, shared by the CLI (:mod:`grader.engine`), the in-notebook
 check (:mod:`grader.runners.single.notebook`) and whatever grades a whole class. Timings are
-kept apart (``execution_time``) so that :meth:`Report.to_dict` is the same for
+kept apart (``execution_time``, ``timing``) so that :meth:`Report.to_dict` is the same for
 two runs with the same seed.
 """
 
@@ -148,6 +148,9 @@ class Report:
     #: empty when no student code ran
     isolation: dict[str, Any] = field(default_factory=dict)
     execution_time: float = 0.0  # seconds; not part of to_dict()
+    #: exercise name -> where its grading's time went (grader.timing.ExerciseTiming); the
+    #: instructor's (``--timing``), not part of to_dict() nor of anything a student sees
+    timing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
