@@ -337,7 +337,8 @@ def grade(
             return report
         selected = select(registry, exercises(registry) if callable(exercises) else exercises)
         has_cuda = cuda_available()
-        states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
+        with _one_thread():
+            states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]
         report.timing = {st.exercise.name: st.timing for st in states}
         if src is None:
@@ -380,8 +381,9 @@ def grade(
 
 @contextlib.contextmanager
 def _one_thread():
-    """torch on one thread while the worker runs: the judges' tensors are tiny, and OpenMP's
-    spinning threads would take the worker's core (judging a whole submission took 3x as long)."""
+    """torch on one thread while the checks are built and while the worker runs: the cases' and the
+    judges' tensors are tiny, and OpenMP's spinning threads would take the worker's core (judging a
+    whole submission took 3x as long; on 2 busy cores, building find_leaking_layer's checks 13x)."""
     import torch
 
     before = torch.get_num_threads()
