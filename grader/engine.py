@@ -21,7 +21,6 @@ the report's isolation block says which, as the worker measured it.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import shutil
@@ -33,7 +32,7 @@ from typing import Any
 
 from . import hidden, rules, safetext, submission, timing
 from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
-from .devices import NEEDS_TRITON, cuda_available, needs_cuda, triton_available
+from .devices import NEEDS_TRITON, cuda_available, needs_cuda, one_thread, triton_available
 from .results import (
     CRASHED,
     GRADER_ERROR,
@@ -337,7 +336,7 @@ def grade(
             return report
         selected = select(registry, exercises(registry) if callable(exercises) else exercises)
         has_cuda = cuda_available()
-        with _one_thread():
+        with one_thread():
             states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]
         report.timing = {st.exercise.name: st.timing for st in states}
@@ -355,7 +354,7 @@ def grade(
             grading.loaded({"found": {}, "errors": []})
         else:
             secrets = allowlist.secret_paths([path, *hide])
-            with _one_thread():
+            with one_thread():
                 measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
             report.isolation = namespaces.isolation(confined, measured, secrets)
             if confined:
@@ -377,21 +376,6 @@ def grade(
         # cleaned once here, for every writer after (results.json, the terminal, grades.csv).
         vars(report).update(vars(safetext.clean(report)))
         report.execution_time = time.perf_counter() - t0
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """torch on one thread while the checks are built and while the worker runs: the cases' and the
-    judges' tensors are tiny, and OpenMP's spinning threads would take the worker's core (judging a
-    whole submission took 3x as long; on 2 busy cores, building find_leaking_layer's checks 13x)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _note_source_problems(src: submission.Source, report: Report) -> None:
