@@ -311,6 +311,7 @@ def grade(
     public_only = public_only or (registry is None and not has_reference())  # the template: public only
     limits = Limits(timeout=timeout, load_timeout=load_timeout or 4 * timeout, memory_mb=memory_mb)
     report = Report(submission=str(path), seed=int(seed), public_only=public_only)
+    report.timing.started()
     try:
         src = submission.read(path)
     except submission.SubmissionError as e:
@@ -328,7 +329,8 @@ def grade(
             report.notes.append(f"--unconfined was refused ({why}): graded inside the sandbox")
     try:
         try:
-            registry = load_registry() if registry is None else registry
+            with report.timing.measure("checks loaded"):
+                registry = load_registry() if registry is None else registry
         except Exception as e:  # noqa: BLE001 -- the grader's own bug: say so, in the report
             report.error = (f"internal grader error: the checks could not be loaded ({type(e).__name__}: "
                             f"{e}); please report it to the course staff")
@@ -339,7 +341,7 @@ def grade(
         with one_thread():
             states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]
-        report.timing = {st.exercise.name: st.timing for st in states}
+        report.timing.exercises = {st.exercise.name: st.timing for st in states}
         if src is None:
             # The submission could not be read (not found), or no student code may run here (not graded).
             status = GRADER_ERROR if report.internal_error else NOT_FOUND
@@ -355,7 +357,7 @@ def grade(
         else:
             secrets = allowlist.secret_paths([path, *hide])
             with one_thread():
-                measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
+                measured = _run(src, states, limits, grading, tmp, server, confined, secrets, report.timing)
             report.isolation = namespaces.isolation(confined, measured, secrets)
             if confined:
                 report.isolation.update(bubblewrap.describe())
@@ -398,7 +400,8 @@ def _scan_rules(src: submission.Source, states: list[_Exercise]) -> None:
                 st.findings.append(finding)
 
 
-def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: list[str]) -> dict[str, str]:
+def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: list[str],
+         clock: timing.Timing) -> dict[str, str]:
     from .sandbox import supervisor
     from .sandbox.worker import CheckJob, Job
 
@@ -420,4 +423,5 @@ def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: lis
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
     return supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, server, confined,
-                          cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
+                          cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}",
+                          clock=clock)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .timing import Timing
+
 PASSED = "passed"
 PARTIAL = "partial"
 FAILED = "failed"
@@ -148,9 +150,9 @@ class Report:
     #: empty when no student code ran
     isolation: dict[str, Any] = field(default_factory=dict)
     execution_time: float = 0.0  # seconds; not part of to_dict()
-    #: exercise name -> where its grading's time went (grader.timing.ExerciseTiming); the
-    #: instructor's (``--timing``), not part of to_dict() nor of anything a student sees
-    timing: dict[str, Any] = field(default_factory=dict)
+    #: where the grading's time went (grader.timing): the instructor's (``--timing``), not part
+    #: of to_dict() nor of anything a student sees
+    timing: Timing = field(default_factory=Timing)
 
     @property
     def score(self) -> float:

@@ -11,14 +11,22 @@ Each exercise's :class:`ExerciseTiming` adds up what its grading cost:
 
 ``run`` and ``judge`` are kept apart for the public and the hidden checks; a public check's
 own figures are kept too (``public_checks``), a hidden check's never: its time could tell how
-big its hidden case is. None of this is in what a student sees (the terminal, results.json,
-JUnit, Markdown, class mode's feedback.md): the CLI writes it only where ``--timing PATH``
-says, and ``scripts/bench_grader.py --by-exercise`` tabulates it.
+big its hidden case is.
+
+A grading's :class:`Timing` holds those, and what the grading cost outside any exercise's
+checks, by phase (:data:`PHASES`), by the grading process's own clocks: a phase spent waiting
+on the worker costs it wall time and little CPU. In class mode, where every grading is forked
+from a process that imported everything once, these phases are the per-student overhead.
+
+None of this is in what a student sees (the terminal, results.json, JUnit, Markdown, class
+mode's feedback.md): the CLI writes it only where ``--timing PATH`` says, and
+``scripts/bench_grader.py --by-exercise`` tabulates it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -94,9 +102,66 @@ class ExerciseTiming:
 
 
 
+#: A grading's phases outside its exercises' checks, in the order they come.
+PHASES = {
+    "started": "the process's start up to the grading: the interpreter, the imports (in class mode, "
+               "a fork of a process that made them)",
+    "checks loaded": "the checks' modules imported, with torch and the reference (in class mode, imported "
+                     "already)",
+    "zygote awaited": "waiting for the workers' zygote (a grading of its own starts one, which imports "
+                      "torch meanwhile)",
+    "worker forked": "a worker forked from the zygote and handed its descriptors",
+    "cgroup": "the worker's cgroup made, and the worker moved into it",
+    "sandbox ready": "until the worker says ready: its namespaces entered, its seccomp filter loaded, "
+                     "the job read, its isolation measured",
+    "cells loaded": "until the submission's cells have run in the worker",
+    "records read": "the worker's records read and checked (the channel)",
+    "worker stopped": "the worker ended, its cgroup removed",
+    "reports written": "results.json and the other reports written",
+}
+
+
+@dataclass
+class Timing:
+    """A grading's costs: each exercise's (:class:`ExerciseTiming`, by name) and, outside any
+    exercise's checks, each phase's (:data:`PHASES`)."""
+
+    exercises: dict[str, ExerciseTiming] = field(default_factory=dict)
+    phases: dict[str, Spent] = field(default_factory=dict)
+
+    def measure(self, phase: str) -> contextlib.AbstractContextManager[None]:
+        """Add the ``with`` block's seconds to ``phase``."""
+        return measure(self.phases.setdefault(phase, Spent()))
+
+    def lap(self, phase: str, since: tuple[float, float]) -> tuple[float, float]:
+        """Add the seconds since ``since`` (a :func:`now`) to ``phase``; returns :func:`now`."""
+        at = now()
+        self.phases.setdefault(phase, Spent()).add(at[0] - since[0], at[1] - since[1])
+        return at
+
+    def started(self) -> None:
+        """Count the process's time so far as the phase ``started`` (Linux; elsewhere its CPU only)."""
+        wall = 0.0
+        try:
+            with open("/proc/self/stat") as f:
+                ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+            wall = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError, AttributeError):
+            pass
+        self.phases.setdefault("started", Spent()).add(max(wall, 0.0), time.process_time())
+
+
+def now() -> tuple[float, float]:
+    """(wall, CPU) seconds now, for :meth:`Timing.lap`."""
+    return time.perf_counter(), time.process_time()
+
+
 def of_report(report: Any) -> dict[str, Any]:
     """A :class:`~grader.results.Report`'s timings as plain data: the grading's wall seconds,
-    then each exercise's chapter and :meth:`ExerciseTiming.to_dict`, in the report's order."""
+    each exercise's chapter and :meth:`ExerciseTiming.to_dict` in the report's order, then the
+    phases."""
+    spent = report.timing
     return {"execution_time": round(report.execution_time, 3),
-            "exercises": {e.name: {"chapter": e.chapter, **report.timing[e.name].to_dict()}
-                          for e in report.exercises if e.name in report.timing}}
+            "exercises": {e.name: {"chapter": e.chapter, **spent.exercises[e.name].to_dict()}
+                          for e in report.exercises if e.name in spent.exercises},
+            "phases": {name: spent.phases[name].to_dict() for name in PHASES if name in spent.phases}}

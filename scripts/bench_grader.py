@@ -199,6 +199,13 @@ def bench_by_exercise(submissions: list[Path], repeat: int) -> None:
             apart = "  (Triton interpreter)" if chapter == TRITON_CHAPTER else ""
             print(f"    chapter {chapter:>2}: {1000 * sum(costs):7.0f} ms over {len(costs):>2} exercises, "
                   f"costliest {1000 * max(costs):6.0f} ms, {100 * sum(costs) / whole:5.1f}%{apart}")
+        phases = list(dict.fromkeys(p for r in runs for p in r["phases"]))
+        print("  outside the exercises' checks, by phase (the grading process's clocks; in class mode, "
+              "forked from a process that imported everything, the per-student overhead):")
+        for phase in phases:
+            spent = [r["phases"].get(phase, {"wall": 0.0, "cpu": 0.0}) for r in runs]
+            print(f"    {phase:<16} wall {1000 * statistics.median(s['wall'] for s in spent):7.0f} ms, "
+                  f"CPU {1000 * statistics.median(s['cpu'] for s in spent):7.0f} ms")
         print(f"  the grading: wall {statistics.median(walls):.2f} s (import torch "
               f"{statistics.median(torch_s):.2f} s, ratio {_ratio(walls, torch_s)}); the grading "
               f"process's CPU {statistics.median(cpus):.2f} s (imports, sandbox, building and judging; "

@@ -1,6 +1,7 @@
 """Where a grading's time goes (``--timing``, :mod:`grader.timing`): each exercise's checks built,
-run and judged, for the instructor; no hidden check's own figure, and none of it in what a
-student sees. Nothing here asserts on a duration: only that the figures are there."""
+run and judged, and the grading's phases outside them, for the instructor; no hidden check's own
+figure, and none of it in what a student sees. Nothing here asserts on a duration: only that the
+figures are there."""
 
 from __future__ import annotations
 
@@ -38,6 +39,16 @@ def test_each_exercise_says_its_checks_built_run_and_judged(graded):
         assert all(set(f) == {"wall", "cpu"} and min(f.values()) >= 0 for f in figures)
         assert set(entry["run"]) == set(entry["judge"]) == {"public", "hidden"}
         assert entry["build"]["wall"] > 0 and entry["run"]["hidden"]["wall"] > 0
+
+
+def test_the_grading_outside_its_checks_by_phase(graded):
+    """The sandbox's phases, the channel and the reports: class mode's per-student overhead."""
+    data, _ = graded
+    phases = data["phases"]
+    assert set(phases) <= set(timing.PHASES) and list(phases) == [p for p in timing.PHASES if p in phases]
+    assert {"started", "worker forked", "sandbox ready", "cells loaded", "records read", "worker stopped",
+            "reports written"} <= set(phases)
+    assert all(set(f) == {"wall", "cpu"} and min(f.values()) >= 0 for f in phases.values())
 
 
 def test_only_public_checks_have_figures_of_their_own(graded):

@@ -156,10 +156,13 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
 
     umask = os.umask(0o077)  # the report files are ours alone: they hold the seed
     try:
-        for path, write in ((args.json, report.write_json), (args.junit, report.write_junit),
-                            (args.markdown, report.write_markdown), (args.timing, report.write_timing)):
-            if path:
-                write(result, path)
+        with result.timing.measure("reports written"):
+            for path, write in ((args.json, report.write_json), (args.junit, report.write_junit),
+                                (args.markdown, report.write_markdown)):
+                if path:
+                    write(result, path)
+        if args.timing:
+            report.write_timing(result, args.timing)
     finally:
         os.umask(umask)
     if not args.quiet:
