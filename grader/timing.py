@@ -101,7 +101,6 @@ class ExerciseTiming:
         }
 
 
-
 #: A grading's phases outside its exercises' checks, in the order they come.
 PHASES = {
     "started": "the process's start up to the grading: the interpreter, the imports (in class mode, "
