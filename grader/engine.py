@@ -21,7 +21,6 @@ the report's isolation block says which, as the worker measured it.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import shutil
@@ -31,9 +30,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import hidden, rules, safetext, submission
+from . import hidden, rules, safetext, submission, timing
 from .checks import has_reference  # light: grader.checks imports its chapters (and torch) when asked
-from .devices import NEEDS_TRITON, cuda_available, needs_cuda, triton_available
+from .devices import NEEDS_TRITON, cuda_available, needs_cuda, one_thread, triton_available
 from .results import (
     CRASHED,
     GRADER_ERROR,
@@ -88,12 +87,13 @@ class _Exercise:
         self.final = False
         self.public_errors: dict[str, str] = {}  # exception type -> the public check that raised it
         self.timed_out: int | None = None  # the check in which the worker stopped a call at the time limit
+        self.timing = timing.ExerciseTiming()
         from .spec import Verdict
 
         try:
-            if checks is None:
-                checks = exercise.make_checks(seed, hidden=not public_only)
-            self.checks = list(checks)
+            with timing.measure(self.timing.build):
+                self.checks = list(exercise.make_checks(seed, hidden=not public_only) if checks is None
+                                   else checks)
         except Exception as e:  # noqa: BLE001
             self.result.status = GRADER_ERROR
             self.result.message = (f"internal grader error: the checks could not be built "
@@ -195,8 +195,11 @@ class _Grading:
             st.outcomes_seen.extend(o.error for o in outcomes)  # only errors: records are not kept
             if st.timed_out is None and any(o.error and o.error.startswith(TIME_LIMIT) for o in outcomes):
                 st.timed_out = ci
-        st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout,
-                                public_errors=st.public_errors, hidden_run=self.secret)
+        judged = timing.Spent()
+        with timing.measure(judged):
+            st.verdicts[ci] = judge(st.checks[ci], outcomes, st.findings, timeout=self.limits.timeout,
+                                    public_errors=st.public_errors, hidden_run=self.secret)
+        st.timing.count(st.checks[ci].name, st.checks[ci].public, outcomes, judged)
 
     def exercise_done(self, ei: int) -> None:
         if 0 <= ei < len(self.states):
@@ -308,6 +311,7 @@ def grade(
     public_only = public_only or (registry is None and not has_reference())  # the template: public only
     limits = Limits(timeout=timeout, load_timeout=load_timeout or 4 * timeout, memory_mb=memory_mb)
     report = Report(submission=str(path), seed=int(seed), public_only=public_only)
+    report.timing.started()
     try:
         src = submission.read(path)
     except submission.SubmissionError as e:
@@ -321,13 +325,12 @@ def grade(
         if refused is not None:
             src, report.error, report.internal_error = None, refused, True
         elif unconfined and confined:  # asked for, refused, graded in the sandbox: never in silence
-            from .sandbox import allowlist
-
             why = allowlist.unconfined_refused() or "class mode's sandbox is shared"
             report.notes.append(f"--unconfined was refused ({why}): graded inside the sandbox")
     try:
         try:
-            registry = load_registry() if registry is None else registry
+            with report.timing.measure("checks loaded"):
+                registry = load_registry() if registry is None else registry
         except Exception as e:  # noqa: BLE001 -- the grader's own bug: say so, in the report
             report.error = (f"internal grader error: the checks could not be loaded ({type(e).__name__}: "
                             f"{e}); please report it to the course staff")
@@ -335,8 +338,10 @@ def grade(
             return report
         selected = select(registry, exercises(registry) if callable(exercises) else exercises)
         has_cuda = cuda_available()
-        states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
+        with one_thread():
+            states = [_Exercise(i, ex, seed, public_only, has_cuda) for i, ex in enumerate(selected)]
         report.exercises = [st.result for st in states]
+        report.timing.exercises = {st.exercise.name: st.timing for st in states}
         if src is None:
             # The submission could not be read (not found), or no student code may run here (not graded).
             status = GRADER_ERROR if report.internal_error else NOT_FOUND
@@ -350,9 +355,9 @@ def grade(
         if server is None:
             grading.loaded({"found": {}, "errors": []})
         else:
-            secrets = secret_paths([path, *hide])
-            with _one_thread():
-                measured = _run(src, states, limits, grading, tmp, server, confined, secrets)
+            secrets = allowlist.secret_paths([path, *hide])
+            with one_thread():
+                measured = _run(src, states, limits, grading, tmp, server, confined, secrets, report.timing)
             report.isolation = namespaces.isolation(confined, measured, secrets)
             if confined:
                 report.isolation.update(bubblewrap.describe())
@@ -375,34 +380,6 @@ def grade(
         report.execution_time = time.perf_counter() - t0
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """torch on one thread while the worker runs: the judges' tensors are tiny, and OpenMP's
-    spinning threads would take the worker's core (judging a whole submission took 3x as long)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def secret_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
-    """Paths a worker must not see, which it counts from inside (see
-    :func:`grader.sandbox.namespaces.measure`): the course's content
-    (:func:`grader.sandbox.allowlist.course_content`: the reference, the solutions, ...), and
-    ``extra`` (the submission, other submissions, report files). Not the course's folder as
-    such: a venv inside it is what the sandbox shows of it, and that is no secret."""
-    found = [*map(Path, allowlist.course_content()), *map(Path, extra)]
-    out = []
-    for p in found:
-        if p is not None and str(p.resolve()) not in out and p.resolve() != Path("/"):
-            out.append(str(p.resolve()))
-    return out
-
-
 def _note_source_problems(src: submission.Source, report: Report) -> None:
     report.notes.extend(src.problems)
     for cell, err in src.syntax_errors:
@@ -423,7 +400,8 @@ def _scan_rules(src: submission.Source, states: list[_Exercise]) -> None:
                 st.findings.append(finding)
 
 
-def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: list[str]) -> dict[str, str]:
+def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: list[str],
+         clock: timing.Timing) -> dict[str, str]:
     from .sandbox import supervisor
     from .sandbox.worker import CheckJob, Job
 
@@ -445,4 +423,5 @@ def _run(src, states, limits, grading, tmp, server, confined: bool, secrets: lis
 
     pending = [st.index for st in states if not st.final and st.result.status != GRADER_ERROR]
     return supervisor.run(make_job, pending, lambda: grading.found, limits, grading, tmp, server, confined,
-                          cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}")
+                          cell_label=lambda i: src.cells[i].label if 0 <= i < len(src.cells) else f"cell {i}",
+                          clock=clock)

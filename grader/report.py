@@ -2,7 +2,8 @@
 
 Every format says the seed and whether hidden checks ran, and none contains a
 timing except Gradescope's top-level ``execution_time``: the same submission
-graded twice with the same seed gives the same files.
+graded twice with the same seed gives the same files. Where the time went is the
+instructor's, in a file of its own (:func:`write_timing`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from . import timing
 from .results import (
     CRASHED,
     GRADER_ERROR,
@@ -168,6 +170,12 @@ def unprotected(r: Report) -> str:
 
 def write_json(r: Report, path: str | os.PathLike) -> None:
     _write(path, json.dumps(gradescope(r), indent=2, ensure_ascii=False) + "\n")
+
+
+def write_timing(r: Report, path: str | os.PathLike) -> None:
+    """Where the grading's time went, per exercise and phase (:mod:`grader.timing`): the
+    instructor's, written only where asked (``--timing``), never into what a student sees."""
+    _write(path, json.dumps(timing.of_report(r), indent=2) + "\n")
 
 
 def failure_json(message: str, path: str | os.PathLike) -> None:

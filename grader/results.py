@@ -2,7 +2,7 @@
 
 Plain dataclasses, shared by the CLI (:mod:`grader.engine`), the in-notebook
 check (:mod:`grader.runners.single.notebook`) and whatever grades a whole class. Timings are
-kept apart (``execution_time``) so that :meth:`Report.to_dict` is the same for
+kept apart (``execution_time``, ``timing``) so that :meth:`Report.to_dict` is the same for
 two runs with the same seed.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from .timing import Timing
 
 PASSED = "passed"
 PARTIAL = "partial"
@@ -148,6 +150,9 @@ class Report:
     #: empty when no student code ran
     isolation: dict[str, Any] = field(default_factory=dict)
     execution_time: float = 0.0  # seconds; not part of to_dict()
+    #: where the grading's time went (grader.timing): the instructor's (``--timing``), not part
+    #: of to_dict() nor of anything a student sees
+    timing: Timing = field(default_factory=Timing)
 
     @property
     def score(self) -> float:

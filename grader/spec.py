@@ -64,7 +64,10 @@ class Outcome:
     devices: Any = None  # same structure as output, device type strings
     args_after: tuple | None = None
     grads: Any = None  # gradients of sum(outputs) w.r.t. float args, when requested
+    #: the call's cost in the process that made it, wall and CPU (all its threads): the arguments
+    #: copied, the function, its outputs and gradients recorded (:mod:`grader.timing`)
     seconds: float = 0.0
+    cpu: float = 0.0
     where: str | None = None  # with error: the innermost line of the student's code, "line 3 of cell 4 of x"
     #: with ``Call.allocations``: the shape of the largest floating tensor an operation created
     #: during the call (views and in-place results excluded); () when it created none

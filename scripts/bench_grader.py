@@ -13,6 +13,13 @@ The goals, measured here on this machine (CPU):
 
     python scripts/bench_grader.py                          # all of it
     python scripts/bench_grader.py --repeat 7 --skip-notebook
+    python scripts/bench_grader.py --by-exercise            # where the time goes (issue 50)
+    python scripts/bench_grader.py --by-exercise tests/submissions/correct.py --repeat 3
+
+``--by-exercise`` grades ``solutions/`` (or the submissions named) with ``--timing`` and prints
+each exercise's cost, sorted, with its share of all the exercises' CPU (its checks built, its
+calls made in the worker, its outcomes judged: :mod:`grader.timing`), then each chapter's, the
+figure the grader guide's budget is stated in; with ``--repeat N``, the median of N gradings.
 
 Each grading figure is the median of ``--repeat`` runs, interleaved (torch, folder,
 chapter, one file, torch, ...) so that a busy machine slows all alike, with the
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -126,13 +134,99 @@ def bench_notebook(repeat: int, where: Path, env: dict, label: str) -> None:
           f"attnmask imported: {', '.join(sorted(reference))}")
 
 
+#: Chapter 13's exercises run Triton's interpreter on a CPU: their budget is counted apart.
+TRITON_CHAPTER = 13
+#: The columns of the table: (heading, the figure in a timing file's exercise entry).
+COLUMNS = [("build", lambda e: e["build"]), ("run pub", lambda e: e["run"]["public"]),
+           ("run hid", lambda e: e["run"]["hidden"]), ("judge pub", lambda e: e["judge"]["public"]),
+           ("judge hid", lambda e: e["judge"]["hidden"])]
+
+
+def timed_grading(submission: Path, tmp: Path) -> tuple[dict, float, float]:
+    """(the timing file, the wall seconds, the grading process's CPU seconds) of one grading.
+    The CPU is the grading process's alone: a process in bubblewrap never adds its CPU to its
+    parent's (see bench_classroom.cpu_seconds); the worker's is in the timing file's "run"."""
+    timing, results = tmp / "timing.json", tmp / "results.json"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = wall([sys.executable, "-m", "grader", str(submission), "--json", str(results),
+                    "--timing", str(timing), "--quiet"])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    data = json.loads(timing.read_text())
+    data["score"] = json.loads(results.read_text())["score"]
+    return data, seconds, cpu
+
+
+def _median_entry(entries: list[dict]) -> dict:
+    """The median, figure by figure, of one exercise's entries over several gradings."""
+    out = {"chapter": entries[0]["chapter"]}
+    for heading, pick in [("total", lambda e: e["total"]), *COLUMNS]:
+        out[heading] = {k: statistics.median(pick(e)[k] for e in entries) for k in ("wall", "cpu")}
+    return out
+
+
+def bench_by_exercise(submissions: list[Path], repeat: int) -> None:
+    """Each exercise's cost, sorted, with its share; then each chapter's (CPU milliseconds)."""
+    tmp = Path(tempfile.mkdtemp())
+    for submission in submissions:
+        wall([sys.executable, "-c", "import torch"])  # warm the file cache
+        runs, walls, cpus, torch_s = [], [], [], []
+        for _ in range(repeat):
+            torch_s.append(wall([sys.executable, "-c", "import torch"]))
+            data, seconds, cpu = timed_grading(submission, tmp)
+            runs.append(data)
+            walls.append(seconds)
+            cpus.append(cpu)
+        names = list(runs[0]["exercises"])
+        rows = {n: _median_entry([r["exercises"][n] for r in runs]) for n in names}
+        whole = sum(r["total"]["cpu"] for r in rows.values())
+        print(f"\n{submission.relative_to(ROOT) if submission.is_relative_to(ROOT) else submission}: "
+              f"score {runs[0]['score']:g}; {repeat} grading(s), medians; CPU and wall in ms")
+        heads = "".join(f"{h:>11}" for h, _ in COLUMNS)
+        print(f"  {'exercise':<27}{'ch':>3}{'CPU':>8}{'share':>7}{'wall':>8}{heads}   (each column CPU)")
+        for name, r in sorted(rows.items(), key=lambda kv: -kv[1]["total"]["cpu"]):
+            cols = "".join(f"{1000 * r[h]['cpu']:>11.0f}" for h, _ in COLUMNS)
+            print(f"  {name:<27}{r['chapter']:>3}{1000 * r['total']['cpu']:>8.0f}"
+                  f"{100 * r['total']['cpu'] / whole:>6.1f}%{1000 * r['total']['wall']:>8.0f}{cols}")
+        print(f"  {'all exercises':<30}{1000 * whole:>8.0f}{100:>6.1f}%"
+              f"{1000 * sum(r['total']['wall'] for r in rows.values()):>8.0f}")
+        by_chapter: dict[int, list[float]] = {}
+        for r in rows.values():
+            by_chapter.setdefault(r["chapter"], []).append(r["total"]["cpu"])
+        print("  per chapter (CPU ms: all its exercises; the costliest one; chapter 13 is Triton's "
+              "interpreter, counted apart):")
+        for chapter, costs in sorted(by_chapter.items()):
+            apart = "  (Triton interpreter)" if chapter == TRITON_CHAPTER else ""
+            print(f"    chapter {chapter:>2}: {1000 * sum(costs):7.0f} ms over {len(costs):>2} exercises, "
+                  f"costliest {1000 * max(costs):6.0f} ms, {100 * sum(costs) / whole:5.1f}%{apart}")
+        phases = list(dict.fromkeys(p for r in runs for p in r["phases"]))
+        print("  outside the exercises' checks, by phase (the grading process's clocks; in class mode, "
+              "forked from a process that imported everything, the per-student overhead):")
+        for phase in phases:
+            spent = [r["phases"].get(phase, {"wall": 0.0, "cpu": 0.0}) for r in runs]
+            print(f"    {phase:<16} wall {1000 * statistics.median(s['wall'] for s in spent):7.0f} ms, "
+                  f"CPU {1000 * statistics.median(s['cpu'] for s in spent):7.0f} ms")
+        print(f"  the grading: wall {statistics.median(walls):.2f} s (import torch "
+              f"{statistics.median(torch_s):.2f} s, ratio {_ratio(walls, torch_s)}); the grading "
+              f"process's CPU {statistics.median(cpus):.2f} s (imports, sandbox, building and judging; "
+              f"the worker's CPU is in the run columns)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=None, help="rounds (default 5; 1 with --by-exercise)")
     p.add_argument("--skip-cli", action="store_true")
     p.add_argument("--skip-notebook", action="store_true")
+    p.add_argument("--by-exercise", nargs="*", type=Path, metavar="SUBMISSION",
+                   help="only where the time goes, per exercise and chapter (default: solutions/)")
     args = p.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    if args.by_exercise is not None:
+        bench_by_exercise([p.resolve() for p in args.by_exercise] or [ROOT / "solutions"], args.repeat or 1)
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return
+    args.repeat = args.repeat or 5
     if not args.skip_cli:
         bench_cli(args.repeat)
     if not args.skip_notebook:

@@ -21,9 +21,9 @@ MAX_LINES = 450
 #: The grader's floors, from the ground up; a module may import its own floor or lower ones.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the contract and the cases", ("grader.spec", "grader.cases", "grader.seed", "grader.results",
-                                    "grader.fnspecs", "grader.files", "grader.fused", "grader.rules",
-                                    "grader.submission", "grader.safetext", "grader.explore_cells",
-                                    "grader.devices")),
+                                    "grader.timing", "grader.fnspecs", "grader.files", "grader.fused",
+                                    "grader.rules", "grader.submission", "grader.safetext",
+                                    "grader.explore_cells", "grader.devices")),
     ("checks and their feedback", ("grader.mistakes", "grader.errors", "grader.hidden", "grader.diagnose",
                                    "grader.checks", "grader.checks.*")),
     ("the sandbox", ("grader.sandbox", "grader.sandbox.*")),

@@ -109,8 +109,9 @@ def test_a_record_of_10_to_the_400_seconds_is_a_channel_error():
     with pytest.raises(ChannelError, match="64 bits"):
         channel.decode(_record([{"d": [["output", None], ["seconds", 10**400]]}]))
     for bad in (10**400, float("nan"), float("inf"), -1.0, "1"):
-        with pytest.raises(ChannelError):
-            channel.outcome_from_data({"seconds": bad})
+        for field in ("seconds", "cpu"):
+            with pytest.raises(ChannelError):
+                channel.outcome_from_data({field: bad})
 
 
 def test_a_record_cannot_make_the_parent_copy_what_it_shares():

@@ -64,6 +64,11 @@ def _declared(name: str, modules: dict[int, ModuleType]) -> tuple[int, Callable[
     raise LookupError(f"no chapter of grader/checks declares the checks of {name!r} (@exercise)")
 
 
+#: make -> its property checks drawn from the public seed, made public (:func:`with_public_rules`):
+#: built once per process, by the first grading or notebook ``check`` that asks.
+_RULES: dict[Callable[..., list[Check]], list[Check]] = {}
+
+
 def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Check]]:
     """``make`` with every property check (dtype, device, inputs unchanged, invariances)
     drawn from the public seed and run among the public checks: a rule the contract
@@ -76,8 +81,11 @@ def with_public_rules(make: Callable[..., list[Check]]) -> Callable[..., list[Ch
         from .. import cases  # here: importing this package must not import torch (the engine's start
 
         checks = make(seed, hidden)
-        rules = [replace(c, public=True) for c in make(cases.PUBLIC_SEED, True)
-                 if c.kind == "property" and c.requires is None]
+        if make not in _RULES:  # the same for every seed: drawn once, from the checks just built if they can
+            drawn = checks if (seed, hidden) == (cases.PUBLIC_SEED, True) else make(cases.PUBLIC_SEED, True)
+            _RULES[make] = [replace(c, public=True) for c in drawn
+                            if c.kind == "property" and c.requires is None]
+        rules = _RULES[make]
         public = [c for c in checks if c.public]
         rest = [c for c in checks if not c.public and c.kind != "property"]
         if _BUILT is not None:

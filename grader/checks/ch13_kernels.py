@@ -182,10 +182,12 @@ def sparse_forward(q, k, v, mask, kv_num_blocks, kv_indices, full_kv_num_blocks,
 
 
 def grads_over(q, k, v, d_out, keep):
-    """(dq, dk, dv) of attention over the cells ``keep`` allows, by autograd (NaN keys zeroed)."""
+    """(dq, dk, dv) of attention over the cells ``keep`` allows, by autograd (NaN keys zeroed).
+    The gradient of sum(o * d_out) is o's with d_out flowing in, bit for bit; ``o.backward(d_out)``
+    would import sympy (torch checks d_out's shape symbolically), half a second of every grading."""
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, _finite(k), _finite(v))]
     o, _ = am.attention_lse(*leaves, keep)
-    o.backward(d_out.to(o.dtype))
+    (o * d_out.to(o.dtype)).sum().backward()
     return tuple(t.grad for t in leaves)
 
 

@@ -207,25 +207,25 @@ def _gate_peak(g: torch.Tensor, h: torch.Tensor) -> float:
     return float((h[1:] @ g).max())
 
 
-def _ratios(spec: FnSpec, x: torch.Tensor) -> tuple[list[float], list[float]]:
-    """For each k: the largest influence above the diagonal over the largest, of the prefix
-    ``layers[:k + 1]`` at x and of layer k alone at x (0 where every influence is 0)."""
-    model = build(spec)
-
-    def ratio(f) -> float:
-        infl = am.influence_matrix(f, x)
-        top = float(infl.max())
-        return float(infl.triu(1).max()) / top if top > 0 else 0.0
-
-    return ([ratio(am.LayerStack(model.layers[:k + 1])) for k in range(len(model.layers))],
-            [ratio(layer) for layer in model.layers])
+def _ratio(f, x: torch.Tensor) -> float:
+    """The largest influence above the diagonal of ``f`` at ``x`` over the largest (0 where every
+    influence is 0)."""
+    infl = am.influence_matrix(f, x)
+    top = float(infl.max())
+    return float(infl.triu(1).max()) / top if top > 0 else 0.0
 
 
-def _clear(prefix: list[float], want: int | None) -> bool:
+def _clear(layers: list, x: torch.Tensor, want: int | None) -> bool:
     """Whether the answer ``want`` holds with wide margins around the 1e-3 threshold: the prefixes
-    before it at most float noise (1e-5), the one that ends at it a real leak (1e-2)."""
-    before = prefix if want is None else prefix[:want]
-    return all(r < 1e-5 for r in before) and (want is None or prefix[want] > 1e-2)
+    of ``layers`` before it at most float noise (1e-5), the one that ends at it a real leak (1e-2).
+    Measured prefix by prefix, up to the first that decides."""
+    for k in range(len(layers) if want is None else want + 1):
+        r = _ratio(am.LayerStack(layers[:k + 1]), x)
+        if k == want:
+            return r > 1e-2
+        if r >= 1e-5:
+            return False
+    return True
 
 
 def special_stack(gen: torch.Generator, which: str) -> Call:
@@ -274,14 +274,14 @@ def special_stack(gen: torch.Generator, which: str) -> Call:
                 want = None if leak is None or leak == n else len(layers) + 1 + leak
                 layers += [gated] + _random_layers(gen, n, L, D, None if want is None else leak)
         spec = FnSpec("layer_stack", {"layers": layers})
-        prefix, alone = _ratios(spec, x)
-        if not _clear(prefix, want):
+        model = build(spec)
+        if not _clear(model.layers, x, want):
             continue
         gated_at = next((k for k, layer in enumerate(layers) if layer["kind"] == "gated"), None)
-        if gated_at is not None and (alone[gated_at] > 1e-2) == (which == "leak opened by the layers before"):
-            continue
-        if gated_at is not None and 1e-5 <= alone[gated_at] <= 1e-2:
-            continue
+        if gated_at is not None:  # the gated layer measured alone at x answers otherwise, by a margin
+            alone = _ratio(model.layers[gated_at], x)
+            if (alone > 1e-2) == (which == "leak opened by the layers before") or 1e-5 <= alone <= 1e-2:
+                continue
         return Call((spec, x))
     raise RuntimeError(f"no {which!r} model with wide margins in 200 draws")
 

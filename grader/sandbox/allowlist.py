@@ -44,6 +44,7 @@ import os
 import site
 import sys
 import sysconfig
+from collections.abc import Iterable
 from pathlib import Path
 
 from . import bubblewrap
@@ -173,6 +174,20 @@ def course_content() -> list[str]:
     out: list[str] = []
     for p in found:
         if p is not None and os.path.lexists(p) and str(p.resolve()) not in out:
+            out.append(str(p.resolve()))
+    return out
+
+
+def secret_paths(extra: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """Paths a worker must not see, which it counts from inside (see
+    :func:`grader.sandbox.namespaces.measure`): the course's content
+    (:func:`course_content`: the reference, the solutions, ...), and
+    ``extra`` (the submission, other submissions, report files). Not the course's folder as
+    such: a venv inside it is what the sandbox shows of it, and that is no secret."""
+    found = [*map(Path, course_content()), *map(Path, extra)]
+    out = []
+    for p in found:
+        if p is not None and str(p.resolve()) not in out and p.resolve() != Path("/"):
             out.append(str(p.resolve()))
     return out
 

@@ -305,6 +305,7 @@ def outcome_to_data(o: Outcome) -> dict:
         "args_after": _encode(o.args_after),
         "grads": _encode(o.grads),
         "seconds": float(o.seconds),
+        "cpu": float(o.cpu),
         "where": getattr(o, "where", None),
         "largest": o.largest,
         "peak": o.peak,
@@ -318,9 +319,10 @@ def outcome_from_data(d: Any) -> Outcome:
     error = d.get("error")
     if error is not None and type(error) is not str:
         raise ChannelError("a call's error is not a string")
-    seconds = d.get("seconds", 0.0)
-    if type(seconds) not in (int, float) or not 0 <= seconds < 1e6:  # NaN fails the comparison too
-        raise ChannelError("a call's time is not a number of seconds")
+    seconds, cpu = d.get("seconds", 0.0), d.get("cpu", 0.0)
+    for t in (seconds, cpu):
+        if type(t) not in (int, float) or not 0 <= t < 1e6:  # NaN fails the comparison too
+            raise ChannelError("a call's time is not a number of seconds")
     args_after = d.get("args_after")
     if args_after is not None and type(args_after) not in (tuple, list):
         raise ChannelError("a call's arguments-after record is not a sequence")
@@ -339,6 +341,7 @@ def outcome_from_data(d: Any) -> Outcome:
         args_after=None if args_after is None else tuple(_decode(args_after)),
         grads=_decode(d.get("grads")),
         seconds=float(seconds),
+        cpu=float(cpu),
         where=where[:300] if type(where) is str else None,
         largest=None if largest is None else tuple(largest),
         peak=peak,

@@ -168,6 +168,7 @@ class Allocations(TorchDispatchMode):
 
 def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     """Run ``fn`` on ``call`` (args moved to ``call.device``) and record what happened."""
+    t0, c0 = time.perf_counter(), time.process_time()
     args = _to_device(call.args, call.device)
     kwargs = _to_device(call.kwargs, call.device)
     grad_idx: list[int] = []
@@ -177,7 +178,6 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     requires = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     watch = Allocations() if call.allocations else None
     default = torch.device(call.default_device) if call.default_device else contextlib.nullcontext()
-    t0 = time.perf_counter()
     try:
         with default:
             if watch is None:
@@ -187,8 +187,7 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
                     result = fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 -- a student's SystemExit is an outcome too
         return Outcome(error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0,
-                       where=_where(e.__traceback__))
-    seconds = time.perf_counter() - t0
+                       cpu=time.process_time() - c0, where=_where(e.__traceback__))
     output, devices = to_plain(result)
     grads = None
     if want_grads and watch is not None:
@@ -199,7 +198,8 @@ def execute(fn, call: Call, *, want_grads: bool = False) -> Outcome:
     args_after = tuple(
         None if b is None else _after(a, b, r) for a, b, r in zip(args, before, requires)
     )
-    return Outcome(output=output, devices=devices, args_after=args_after, grads=grads, seconds=seconds,
+    return Outcome(output=output, devices=devices, args_after=args_after, grads=grads,
+                   seconds=time.perf_counter() - t0, cpu=time.process_time() - c0,
                    largest=None if watch is None else watch.largest,
                    peak=None if watch is None else watch.peak)
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..timing import Timing
 from . import allowlist, cgroups, jobwire, namespaces, procs, status, zygote
 from .forkserver import Server
 from .limits import worker_env
@@ -65,11 +66,14 @@ class Worker:
         self.sites: set[str] = set()  # the submission's own file names: a crash is placed in one of them
         self.secrets: list[str] = []  # the paths its job asks it to count (a path it sees is named)
 
-    def start(self, memory_bytes: int | None = None) -> str | None:
+    def start(self, memory_bytes: int | None = None, clock: Timing | None = None) -> str | None:
         """Fork the worker; None, or why it could not be had. A confined worker is moved into a
         cgroup of its own (:mod:`grader.sandbox.cgroups`) bounding its memory to ``memory_bytes``
-        and its processes, before it is given its job."""
-        if isinstance(self.server, Server) and not self.server.wait_ready():
+        and its processes, before it is given its job. ``clock`` counts the phases."""
+        clock = Timing() if clock is None else clock
+        with clock.measure("zygote awaited"):
+            ready = not isinstance(self.server, Server) or self.server.wait_ready()
+        if not ready:
             return allowlist.startup_refusal(self.server.failure())
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         results = os.open(self.results, flags, 0o600)
@@ -80,15 +84,17 @@ class Worker:
         else:
             self.work.mkdir()
             header = {"cwd": str(self.work), "env": worker_env(self.work)}
-        self.proc = zygote.spawn(self.socket, stdout=self._stdout.fileno(), stderr=self._stderr.fileno(),
-                                 status=self._status_w, results=results, header=header)
+        with clock.measure("worker forked"):
+            self.proc = zygote.spawn(self.socket, stdout=self._stdout.fileno(), stderr=self._stderr.fileno(),
+                                     status=self._status_w, results=results, header=header)
         os.close(results)
         os.close(self._status_w)
         self._status_w = -1
         if self.proc is None:
             return "the workers' zygote did not answer"
         if self.confined:
-            self._limit(memory_bytes)
+            with clock.measure("cgroup"):
+                self._limit(memory_bytes)
         return None
 
     def _limit(self, memory_bytes: int | None) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..timing import Timing, now
 from . import allowlist, namespaces, status
 from .forkserver import Server
 from .limits import Limits
@@ -39,7 +40,7 @@ class Handler(Protocol):
 
 def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Callable[[], set[int] | None],
         limits: Limits, handler: Handler, tmp: Path, server: Server | str, confined: bool,
-        cell_label: Callable[[int], str] = str) -> dict[str, str]:
+        cell_label: Callable[[int], str] = str, clock: Timing | None = None) -> dict[str, str]:
     """Grade exercises ``pending`` (indices, in order), forking workers from ``server`` as needed.
 
     ``make_job(indices)`` builds the job for a worker, in three parts: the job itself (the cells,
@@ -47,8 +48,10 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
     ``{index: [CheckJob]}``), sent in that order, each only when the one before has been
     answered: the calls once the submission has loaded, the hidden ones once every public check
     was judged. ``found_of()`` gives the indices the first load found (None if loading failed).
-    Returns what the first worker measured of its sandbox (empty if none started).
+    Returns what the first worker measured of its sandbox (empty if none started). ``clock``
+    counts the phases (:data:`grader.timing.PHASES`) of the sandbox and the channel.
     """
+    clock = Timing() if clock is None else clock
     left = list(pending)
     n = 0
     measured: dict[str, str] = {}
@@ -58,7 +61,7 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
         worker = Worker(tmp, server, confined)
         n += 1
         try:
-            why = worker.start(memory)
+            why = worker.start(memory, clock)
             if why is not None:
                 handler.grader_failed(why)
                 return measured
@@ -67,10 +70,11 @@ def run(make_job: Callable[[list[int]], Any], pending: list[int], found_of: Call
             worker.secrets = list(getattr(job, "secrets", ()))
             worker.send(job)
             state = _Drive(worker, limits, handler, cell_label, left, first=(n == 1))
-            state.parts, state.found_of = [public, hidden], found_of
+            state.parts, state.found_of, state.clock = [public, hidden], found_of, clock
             state.drive()
         finally:
-            worker.stop()
+            with clock.measure("worker stopped"):
+                worker.stop()
         measured = measured or worker.measured
         found = found_of()
         if state.fatal or found is None:
@@ -106,6 +110,7 @@ class _Drive:
         self.checked: set[tuple[int, int]] = set()
         self.parts: list[Any] = [{}, {}]  # the public checks' calls, then the hidden ones (run sets them)
         self.found_of: Callable[[], set[int] | None] = lambda: None
+        self.clock, self.since = Timing(), now()  # (run sets the clock) since the last phase's end
 
     def _exercise_deadline(self) -> None:
         self.deadline = min(time.monotonic() + self.limits.timeout + self.limits.grace, self.until)
@@ -138,18 +143,22 @@ class _Drive:
                     return
             self.phase = "loading"
             self.deadline = time.monotonic() + self.limits.load_timeout
+            self.since = self.clock.lap("sandbox ready", self.since)
         elif word == "cell" and self.phase == "loading":
             self.cell = ei
         elif word == "loaded" and self.phase == "loading":
             self.phase = "grading"
+            self.since = self.clock.lap("cells loaded", self.since)
             per_exercise = self.limits.timeout + self.limits.grace
             self.until = time.monotonic() + (len(self.pending) + 1) * per_exercise
             self._exercise_deadline()
             if self.first:
                 try:
-                    self.h.loaded(channel.loaded_from_data(receive_record(self.w.results, args[0])))
+                    with self.clock.measure("records read"):
+                        loaded = channel.loaded_from_data(receive_record(self.w.results, args[0]))
                 except channel.ChannelError as e:
-                    self.h.loaded(e)
+                    loaded = e
+                self.h.loaded(loaded)
             self.w.send(self.parts[0])  # what the load said is read: now the public calls
         elif word == "start" and self.phase == "grading" and self.current is None and ei in self.pending \
                 and ei not in self.started:
@@ -160,10 +169,11 @@ class _Drive:
                 and ((ei, args[1]) in self._public()) == (self.phase == "grading"):
             self.checked.add((ei, args[1]))
             try:
-                data = receive_record(self.w.results, args[2])
-                if type(data) is not list:
-                    raise channel.ChannelError("a check's record is not a list")
-                outcomes: Any = [channel.outcome_from_data(d) for d in data]
+                with self.clock.measure("records read"):
+                    data = receive_record(self.w.results, args[2])
+                    if type(data) is not list:
+                        raise channel.ChannelError("a check's record is not a list")
+                    outcomes: Any = [channel.outcome_from_data(d) for d in data]
             except channel.ChannelError as e:
                 outcomes = e
             self.h.check(ei, args[1], outcomes)

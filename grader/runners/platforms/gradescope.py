@@ -166,8 +166,8 @@ def _lock_answers(root: Path) -> None:
     bubblewrap, where these folders do not exist; this is a second lock on them. Only folders
     inside the autograder (its source and its virtual environment) are touched; the grader
     (root) still reads them."""
-    from ...engine import secret_paths
     from ...rules import reference_folders
+    from ...sandbox.allowlist import secret_paths
 
     inside = [os.path.realpath(root), os.path.realpath(sys.prefix)]
     for folder in reference_folders(secret_paths()):

@@ -73,6 +73,9 @@ def build_parser() -> _Parser:
     p.add_argument("--junit", metavar="PATH", help="write JUnit XML here")
     p.add_argument("--markdown", metavar="PATH",
                    help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--timing", metavar="PATH",
+                   help="write where the time went here (wall and CPU seconds per exercise: its checks "
+                        "built, run, judged); the instructor's, in no report a student sees")
     p.add_argument("--seed", type=int, default=None,
                    help=f"seed of the hidden cases (default: ${SEED_ENV}, else a fixed seed)")
     p.add_argument("--exercise", action="append", metavar="NAME",
@@ -126,7 +129,7 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
         return _usage(args, parser, problem, show_usage=False)
     scoped = _Scoped(args)
 
-    reports = [os.path.abspath(p) for p in (args.json, args.junit, args.markdown) if p]
+    reports = [os.path.abspath(p) for p in (args.json, args.junit, args.markdown, args.timing) if p]
     progress, stop = _progress_bar(args.quiet)
     try:
         chosen = args.exercise or (None if args.all_exercises else scoped)
@@ -153,10 +156,13 @@ def main(argv: Sequence[str] | None = None, *, registry: Mapping[str, Any] | Non
 
     umask = os.umask(0o077)  # the report files are ours alone: they hold the seed
     try:
-        for path, write in ((args.json, report.write_json), (args.junit, report.write_junit),
-                            (args.markdown, report.write_markdown)):
-            if path:
-                write(result, path)
+        with result.timing.measure("reports written"):
+            for path, write in ((args.json, report.write_json), (args.junit, report.write_junit),
+                                (args.markdown, report.write_markdown)):
+                if path:
+                    write(result, path)
+        if args.timing:
+            report.write_timing(result, args.timing)
     finally:
         os.umask(umask)
     if not args.quiet:

@@ -33,9 +33,11 @@ def _registry() -> Mapping[str, Any]:
 
 def public_checks(name: str) -> list:
     if name not in _CHECKS:
+        from ...devices import one_thread
         from ...engine import DEFAULT_SEED
 
-        _CHECKS[name] = list(_registry()[name].make_checks(DEFAULT_SEED, hidden=False))
+        with one_thread():
+            _CHECKS[name] = list(_registry()[name].make_checks(DEFAULT_SEED, hidden=False))
     return _CHECKS[name]
 
 
@@ -53,6 +55,7 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     import torch
 
     from ... import engine, rules, verdicts
+    from ...devices import one_thread
     from ...sandbox.limits import TIME_LIMIT
 
     name = name or fn.__name__
@@ -65,8 +68,10 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
     deadline = time.monotonic() + timeout
     ran = []
     try:
+        # on one thread, as in the worker (OMP_NUM_THREADS=1): the public cases are tiny, and a
+        # notebook's default threads made find_leaking_layer's calls 9x as long on 2 busy cores
         with rules.forbid_torch_apis(), rules.forbid_globals(fn) as forbidden, _memory_limit(memory_mb), \
-                _deferred_imports():
+                _deferred_imports(), one_thread():
             for ci in state.runnable:
                 check = state.checks[ci]
                 outcomes = []
@@ -81,11 +86,12 @@ def run_public(fn: Callable, name: str | None = None, *, timeout: float | None =
                 ran.append((ci, check, outcomes))
     finally:
         torch.set_rng_state(rng)
-    for ci, check, outcomes in ran:  # judged after: the reference may use the kernels blocked above
-        state.outcomes_seen.extend(outcomes)
-        if state.timed_out is None and any((o.error or "").startswith(TIME_LIMIT) for o in outcomes):
-            state.timed_out = ci
-        state.verdicts[ci] = verdicts.judge(check, outcomes, timeout=timeout)
+    with one_thread():
+        for ci, check, outcomes in ran:  # judged after: the reference may use the kernels blocked above
+            state.outcomes_seen.extend(outcomes)
+            if state.timed_out is None and any((o.error or "").startswith(TIME_LIMIT) for o in outcomes):
+                state.timed_out = ci
+            state.verdicts[ci] = verdicts.judge(check, outcomes, timeout=timeout)
     if interrupted:
         state.fail_rest("interrupted")
     result = state.finish()
