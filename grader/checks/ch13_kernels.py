@@ -32,7 +32,7 @@ from ..spec import Call, Check, exercise
 from .ch8_speed.backward import X8, backward
 from .ch8_speed.forward import online
 from .common import judges as J
-from .common import properties as P
+from .common import live_memory as LM
 from .common.inputs import qkv
 
 M = MISTAKES
@@ -352,7 +352,7 @@ def block_sparse_forward_checks(seed: int = 0, hidden: bool = True) -> list[Chec
                  [Call(blocky(pub, 1, 1, 20, 40, 4, 2))], public=True),
         Check("the launcher computes nothing itself: no floating tensor larger than out (Lq=8, Lk=64, "
               "d=dv=1)", [Call(blocky(pub, 1, 1, 8, 64, 1, 1, empty_row=False), allocations=True)],
-              P.launcher_judge(R, X13["k_torch_launcher"], (0,)), public=True, kind="property", weight=10.0),
+              LM.launcher_judge(R, X13["k_torch_launcher"], (0,)), public=True, kind="property", weight=10.0),
     ]
     if not hidden:
         return _needs_triton(checks)
@@ -388,7 +388,7 @@ def block_sparse_backward_checks(seed: int = 0, hidden: bool = True) -> list[Che
         Check("the launcher computes nothing itself: no floating tensor larger than dq, dk or dv (Lq=8, "
               "Lk=64, d=dv=1)",
               [Call(_saved(blocky(pub, 1, 1, 8, 64, 1, 1, empty_row=False)), allocations=True)],
-              P.launcher_judge(R, X13["k_torch_launcher"], (0, 1, 2)), public=True, kind="property",
+              LM.launcher_judge(R, X13["k_torch_launcher"], (0, 1, 2)), public=True, kind="property",
               weight=10.0),
     ]
     if not hidden:

@@ -7,6 +7,9 @@ until its memory is freed, so the weights autograd keeps for its backward, the t
 kept in a list and a matrix built whole all count, while one tile used and let go does not.
 The score matrix of ``q (..., Lq, d)`` against ``k (..., Lk, d)`` has ``prod(q.shape[:-1]) · Lk``
 entries: B·H·Lq·Lk for attention's (B, H, Lq, d) queries.
+
+The same record's largest tensor judges chapter 13's launchers (:func:`launcher_judge`): a launcher
+that computes with PyTorch instead of its kernel creates a tensor as large as the scores.
 """
 
 from __future__ import annotations
@@ -70,6 +73,33 @@ def one_shard_judge(recipe: Recipe, message: str):
                 return dg.fail(message, f"the largest floating tensor created has shape "
                                f"{dg.shape_str(o.largest)}, {entries} entries; a rank's queries against "
                                f"every key have {2 * bound}, and the bound is {bound}; inputs: {inputs}")
+        return dg.PASS
+
+    return dg.judged(judge)
+
+
+@rebuildable
+def launcher_judge(recipe: Recipe, message: str, outputs: tuple[int, ...]):
+    """A kernel's launcher computes nothing itself (chapter 13): no floating tensor it creates with
+    PyTorch during a call (:attr:`grader.spec.Call.allocations`; the kernel's own work, in Triton,
+    is not seen) is larger than the largest of the argument tensors at ``outputs``, those the
+    outputs are shaped like. ``message``: what computing in the launcher means."""
+
+    def judge(calls: list[Call], outcomes: list) -> Verdict:
+        for call, o in zip(calls, outcomes):
+            inputs = inputs_of(recipe, call)
+            if o.error is not None:
+                return raised(o.error, inputs)
+            if o.largest is None:
+                return dg.fail("the tensors created during the call were not recorded")
+            bound = max(call.args[i].numel() for i in outputs)
+            entries = 1
+            for n in o.largest:
+                entries *= n
+            if entries > bound:
+                return dg.fail(message, f"the largest floating tensor created has shape "
+                               f"{dg.shape_str(o.largest)}, {entries} entries; the outputs have at most "
+                               f"{bound} each; inputs: {inputs}")
         return dg.PASS
 
     return dg.judged(judge)

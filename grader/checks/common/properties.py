@@ -432,30 +432,3 @@ def int_mask_checks(R: Recipe, seed: int, hidden: bool, public: list[tuple[str, 
         on_device(R, "honours device= (meta)", [Call(random_args[0], {"device": "meta"})]),
         on_cuda(R, "matches on CUDA", [Call(random_args[-1])], cuda_kwargs=True),
     ]
-
-
-@rebuildable
-def launcher_judge(recipe: Recipe, message: str, outputs: tuple[int, ...]):
-    """A kernel's launcher computes nothing itself (chapter 13): no floating tensor it creates with
-    PyTorch during a call (:attr:`grader.spec.Call.allocations`; the kernel's own work, in Triton,
-    is not seen) is larger than the largest of the argument tensors at ``outputs``, those the
-    outputs are shaped like. ``message``: what computing in the launcher means."""
-
-    def judge(calls: list[Call], outcomes: list) -> Verdict:
-        for call, o in zip(calls, outcomes):
-            inputs = inputs_of(recipe, call)
-            if o.error is not None:
-                return raised(o.error, inputs)
-            if o.largest is None:
-                return dg.fail("the tensors created during the call were not recorded")
-            bound = max(call.args[i].numel() for i in outputs)
-            entries = 1
-            for n in o.largest:
-                entries *= n
-            if entries > bound:
-                return dg.fail(message, f"the largest floating tensor created has shape "
-                               f"{dg.shape_str(o.largest)}, {entries} entries; the outputs have at most "
-                               f"{bound} each; inputs: {inputs}")
-        return dg.PASS
-
-    return dg.judged(judge)
