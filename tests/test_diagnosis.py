@@ -68,7 +68,7 @@ def test_the_special_models_hold_their_answer_with_margins_and_fool_layer_alone_
     prefixes before the answer are at most float noise and the answer's prefix a real leak; in
     every set, measuring each layer alone at x answers some model wrong (a gate that the layers
     before open or close); every layer says it is causal."""
-    from grader.checks.ch1_leakage import SPECIAL, _ratios
+    from grader.checks.ch1_leakage import SPECIAL, _ratio
 
     sets = [c for c in EXERCISES["find_leaking_layer"].make_checks(seed, hidden=True)
             if c.requires is None and not c.public and c.kind == "value"]
@@ -81,8 +81,11 @@ def test_the_special_models_hold_their_answer_with_margins_and_fool_layer_alone_
             model = build(spec)
             assert all(layer.causal is True for layer in model.layers)
             want = am.find_leaking_layer(model, x)
+            layers = list(model.layers)
             for dtype in (torch.float32, torch.float64):
-                prefix, alone = _ratios(spec, x.to(dtype))
+                xd = x.to(dtype)
+                prefix = [_ratio(am.LayerStack(layers[:k + 1]), xd) for k in range(len(layers))]
+                alone = [_ratio(layer, xd) for layer in layers]
                 before = prefix if want is None else prefix[:want]
                 assert all(r < 1e-5 for r in before), (spec.params["layers"], prefix)
                 assert want is None or prefix[want] > 1e-2, prefix

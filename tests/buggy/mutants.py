@@ -370,10 +370,7 @@ CLASSES_46 = [
     ("block_diffusion_mask", bd_refuses_one),
     ("block_diffusion_mask", bd_accepts_zero),
     ("multi_head_attention", mha_on_default_device),
-    ("ring_attention", ring_on_default_device),
     ("cascade_attention", cascade_on_default_device),
-    ("leaks_across_padding", leaks_refill_on_default_device),
-    ("leaks_across_padding", leaks_positions_on_default_device),
     ("influence_matrix", influence_on_default_device),
     ("attention_lse", lse_on_default_device),
     ("tiled_attention", tiled_on_default_device),
@@ -406,8 +403,6 @@ def decay_cumsum_in_gates_dtype(log_gates, doc_ids=None):
 
 CLASSES_46 += [
     ("tiled_attention_backward", tiled_mistakes.backward_fill_1e9),
-    ("ring_attention", ring_lse_in_q_dtype),
-    ("decay_mask", decay_in_gates_dtype),
     ("decay_mask", decay_cumsum_in_gates_dtype),
 ]
 
