@@ -18,6 +18,7 @@ from ..mistakes import MISTAKES
 from ..spec import Call, Check, FnSpec, exercise
 from .ch3_padding import lengths_mask_checks
 from .common import answers as A
+from .common import default_device as DD
 from .common import judges as J
 from .common import properties as P
 
@@ -305,6 +306,8 @@ def leaks_across_padding_checks(seed: int = 0, hidden: bool = True) -> list[Chec
     if not hidden:
         return checks
     checks.append(P.unchanged(PADDING, "does not modify tokens or lengths", calls[:1]))  # run publicly
+    leaks = DD.default_device_answers_judge(PADDING, "bool", "whether it leaks")
+    checks.append(P.made_on_inputs_device(PADDING, P.MADE_ON_INPUTS, calls[:1], leaks))
     gen = cases.generator(seed, "leaks_across_padding")
     # 24 random decoders, each answered right by a blind guess half the time (1 in 2**24 passes them
     # all), then one of each SPECIAL class, which a shortcut of the test answers wrong

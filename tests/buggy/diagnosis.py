@@ -53,12 +53,12 @@ def leak_lower_triangle(model, x):
 # --------------------------------------------------------------------------- leaks_across_padding
 
 def _refill(tokens, V, where):
-    return torch.where(where, (tokens + torch.randint(1, V, tokens.shape)) % V, tokens)
+    return torch.where(where, (tokens + torch.randint(1, V, tokens.shape, device=tokens.device)) % V, tokens)
 
 
 def _real(tokens, lengths):
     L = tokens.shape[1]
-    return torch.arange(L) >= L - lengths[:, None]  # (B, L)
+    return torch.arange(L, device=tokens.device) >= L - lengths[:, None]  # (B, L)
 
 
 def pad_all_positions(decoder, tokens, lengths):
@@ -71,7 +71,7 @@ def pad_all_positions(decoder, tokens, lengths):
 
 def pad_right_side(decoder, tokens, lengths):
     """Takes the padding to be on the right: refills positions >= lengths[b]."""
-    pad = torch.arange(tokens.shape[1]) >= lengths[:, None]
+    pad = torch.arange(tokens.shape[1], device=tokens.device) >= lengths[:, None]
     base = decoder(tokens, lengths)
     out = decoder(_refill(tokens, decoder.vocab_size, pad), lengths)
     return not torch.allclose(out[~pad], base[~pad], rtol=1e-4, atol=1e-5)
@@ -169,7 +169,7 @@ def _random_refill(V):
     # its own generator: the same draws in every grading, so a mutant near its tolerance is judged
     # alike by the reference's checks and the recorded ones
     gen = torch.Generator().manual_seed(V)
-    return lambda t: (t + torch.randint(1, V, t.shape, generator=gen)) % V
+    return lambda t: (t + torch.randint(1, V, t.shape, generator=gen, device=t.device)) % V
 
 
 def pad_tolerance_one(decoder, tokens, lengths):
@@ -214,10 +214,11 @@ def pad_next_to_real_only(decoder, tokens, lengths):
     """Refills only the padding position next to the real tokens."""
     L, V = tokens.shape[1], decoder.vocab_size
     real = _real(tokens, lengths)
-    nearest = torch.arange(L) == (L - lengths - 1)[:, None]  # (B, L)
+    nearest = torch.arange(L, device=tokens.device) == (L - lengths - 1)[:, None]  # (B, L)
     base = decoder(tokens, lengths)
     for _ in range(3):
-        out = decoder(torch.where(nearest, (tokens + torch.randint(1, V, tokens.shape)) % V, tokens), lengths)
+        shift = torch.randint(1, V, tokens.shape, device=tokens.device)
+        out = decoder(torch.where(nearest, (tokens + shift) % V, tokens), lengths)
         if not torch.allclose(out[real], base[real], rtol=1e-4, atol=1e-5):
             return True
     return False
@@ -226,10 +227,11 @@ def pad_next_to_real_only(decoder, tokens, lengths):
 def pad_default_device(decoder, tokens, lengths):
     """Builds its refilling on the default device, not tokens.device."""
     L, V = tokens.shape[1], decoder.vocab_size
-    real = torch.arange(L) >= L - lengths[:, None]
+    real = torch.arange(L, device=tokens.device) >= L - lengths[:, None]
     base = decoder(tokens, lengths)
     for _ in range(3):
-        out = decoder(torch.where(real, tokens, (tokens + torch.randint(1, V, tokens.shape)) % V), lengths)
+        shift = torch.randint(1, V, tokens.shape, device=tokens.device)
+        out = decoder(torch.where(real, tokens, (tokens + shift) % V), lengths)
         if not torch.allclose(out[real], base[real], rtol=1e-4, atol=1e-5):
             return True
     return False

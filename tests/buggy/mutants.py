@@ -404,6 +404,11 @@ def decay_cumsum_in_gates_dtype(log_gates, doc_ids=None):
 CLASSES_46 += [
     ("tiled_attention_backward", tiled_mistakes.backward_fill_1e9),
     ("decay_mask", decay_cumsum_in_gates_dtype),
+    ("decay_mask", decay_in_gates_dtype),
+    ("ring_attention", ring_lse_in_q_dtype),
+    ("ring_attention", ring_on_default_device),
+    ("leaks_across_padding", leaks_refill_on_default_device),
+    ("leaks_across_padding", leaks_positions_on_default_device),
 ]
 
 

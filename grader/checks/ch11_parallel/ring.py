@@ -26,7 +26,7 @@ from .mistakes import MISTAKES11
 
 M = MISTAKES
 X = MISTAKES11
-F32 = torch.float32
+F32, F16 = torch.float32, torch.float16
 #: (L, world) of the memory check: one step's scores are (2c, 2c) = (32, 32), the whole (L, L) 64 times that
 RING_MEMORY = (256, 8)
 
@@ -160,12 +160,16 @@ def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                    [ring_case(gen, 5, "zigzag", B, c), ring_case(gen, 5, "contiguous", B, c)]),
         ring_steps("world = 5, layout left out (zigzag by default)",
                    [Call((*qkv(gen, B, 2, 10 * c, 10 * c, 4, 3), 5))]),
+        ring_steps("float16 q, k, v (world = 3, zigzag): out in float16, lse in float32",
+                   [ring_case(gen, 3, "zigzag", B, c, dtype=F16)]),
         ring_steps("world = 1: one rank, one step (plain causal)", [ring_case(gen, 1, "zigzag", B, 2)],
                    edge=True),
         P.unchanged(R, "does not modify inputs", [ring_case(gen, 3, "zigzag", B, c)]),
         Check("on the inputs' device (meta), layout left out",
               [Call(ring_case(gen, 3, "zigzag", B, c).args[:4], device="meta")],
               MG.ring_device_judge(R.name, R.arg_names), kind="property"),
+        P.made_on_inputs_device(R, P.MADE_ON_INPUTS, [Call(ring_case(gen, 3, "zigzag", B, c).args[:4])],
+                                MG.ring_default_device_judge(R.name, R.arg_names)),
         # A rank sees its shard: the ring never holds the (L, L) scores, so full causal attention in one
         # call beside correct steps holds over half of them and loses more than half the points here.
         Check(f"holds less than half of the (L, L) scores alive at once (B=1, H=2, L={RING_MEMORY[0]}, "
@@ -179,7 +183,7 @@ def ring_attention_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
               f"L={RING_MEMORY[0]}, d=dv=2, world={RING_MEMORY[1]}, both layouts)",
               [Call((*qkv(gen, 1, 2, RING_MEMORY[0], RING_MEMORY[0], 2, 2), RING_MEMORY[1], layout),
                     allocations=True) for layout in ("zigzag", "contiguous")],
-              LM.one_shard_judge(R, X["ring_all_keys"]), kind="property", weight=24.0),
+              LM.one_shard_judge(R, X["ring_all_keys"]), kind="property", weight=28.0),
         Check("matches on CUDA (world = 3, both layouts)",
               [Call(x.args, device=dev)
                for x in (ring_case(gen, 3, "zigzag", B, c), ring_case(gen, 3, "contiguous"))

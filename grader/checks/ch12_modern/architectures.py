@@ -398,6 +398,8 @@ def decay_mask_checks(seed: int = 0, hidden: bool = True) -> list[Check]:
                   Call((closed(gates(gen, B, L), gen), docs(gen, B, L)))]),
         J.values(R, "float16 and bfloat16 gates, with documents (D in float32, from the gates as given)",
                  [Call((gates(gen, B, L, 3.0).to(dt), docs(gen, B, L, n_docs))) for dt in (F16, BF16)]),
+        P.on_device(R, "D is float32 for float16 and bfloat16 gates too (meta)",
+                    [Call((gates(gen, B, L).to(dt),), device="meta") for dt in (F16, BF16)]),
         J.values(R, "one document per position (D = identity)",
                  [Call((gates(gen, B, 5), torch.arange(5).expand(B, 5)))], edge=True),
         P.gradients(R, "gradients on a long sequence with documents, match reference",

@@ -17,6 +17,7 @@ from ... import diagnose as dg
 from ... import errors
 from ...spec import Call, Outcome, Verdict
 from . import live_memory as _live_memory  # noqa: F401 -- registers its judge factory where merging is
+from .default_device import then
 from .judges import Recipe, float_dtype, inputs_of, raised, rebuildable
 
 #: merge_partials' two numeric failures, named from where the NaN and inf sit (here, not in the
@@ -432,3 +433,11 @@ def ring_device_judge(name: str, arg_names: tuple[str, ...]):
         return dg.PASS
 
     return dg.judged(judge)
+
+
+@rebuildable
+def ring_default_device_judge(name: str, arg_names: tuple[str, ...]):
+    """``ring_attention`` with CPU inputs and the default device moved (:mod:`.default_device`): nothing
+    of out, lse or the steps off the CPU, and out and lse with the contract's shapes."""
+    return then(("out", "lse", "steps"), lambda c: dg.describe_args(arg_names, c.args, dict(c.kwargs)),
+                ring_device_judge(name, arg_names))

@@ -17,6 +17,7 @@ from ... import cases, errors
 from ... import diagnose as dg
 from ...mistakes import MISTAKES
 from ...spec import Call, Check, Verdict
+from .default_device import then
 from .judges import (
     Recipe,
     cpu_args,
@@ -81,53 +82,11 @@ def device_judge(recipe: Recipe, device: str, vectorised: bool = True):
     return dg.judged(judge)
 
 
-#: What a tensor made on the default device means, for the check that moves the default away.
-MADE_ON_DEFAULT = ("a tensor is made on PyTorch's default device instead of the inputs': with the inputs on "
-                   "the CPU and the default device moved elsewhere (with torch.device(\"meta\"): ...), the "
-                   "function made something there. On a GPU the same code puts it on the CPU beside CUDA "
-                   "inputs. Give "
-                   "every tensor you create device=<input>.device (torch.arange(n, device=x.device), "
-                   "torch.zeros(..., device=x.device)), or build it from an input (zeros_like, new_zeros).")
-
-
-def _devices(devices) -> list[str | None]:
-    """The devices of an outcome's tensors, however deep (``ring_attention``'s steps are lists)."""
-    if isinstance(devices, tuple | list):
-        return [d for part in devices for d in _devices(part)]
-    return [devices]
-
-
 @rebuildable
-def default_device_judge(recipe: Recipe, shapes: bool = True):
-    """Calls whose inputs are on the CPU, run with another default device (``Call.default_device``):
-    every output must be on the CPU, with the contract's dtype and shape when ``shapes`` (an
-    exercise whose outputs are not a recipe's tensors, such as an answer or a list of steps, says
-    False), and the call must not raise (a tensor made on the default device meets the CPU inputs
-    and raises, or comes back on the wrong device)."""
-    inner = device_judge(recipe, "cpu", True) if shapes else None
-
-    def judge(calls, outcomes):
-        for call, outcome in zip(calls, outcomes):
-            if outcome.error is not None:
-                if errors.is_stub_error(outcome.error) or not (
-                        errors.mixes_devices(outcome.error) or errors.reads_values(outcome.error)
-                        or "meta" in str(outcome.error)):
-                    return raised(outcome.error, inputs_of(recipe, call))  # not a device's doing
-                return dg.fail(MADE_ON_DEFAULT + f" (it raised {errors.quoted(outcome.error)})",
-                               f"inputs on cpu, default device {call.default_device}: "
-                               f"{inputs_of(recipe, call)}")
-            devices = outcome.devices if isinstance(outcome.devices, tuple | list) else (outcome.devices,)
-            for i, dev in enumerate(devices):
-                name = recipe.out_names[i] if i < len(recipe.out_names) else f"output {i}"
-                elsewhere = [d for d in _devices(dev) if d not in (None, "cpu")]
-                if elsewhere:
-                    return dg.fail(f"{name} is on {elsewhere[0]}; expected cpu, the inputs' device — "
-                                   + MADE_ON_DEFAULT,
-                                   f"inputs on cpu, default device {call.default_device}: "
-                                   f"{inputs_of(recipe, call)}")
-        return inner(calls, outcomes) if inner is not None else dg.PASS
-
-    return dg.judged(judge)
+def default_device_judge(recipe: Recipe):
+    """Calls run with the default device moved (:mod:`.default_device`): outputs on the CPU with the
+    contract's dtype and shape (values unread)."""
+    return then(recipe.out_names, lambda c: inputs_of(recipe, c), device_judge(recipe, "cpu", True))
 
 
 #: The name of the check :func:`made_on_inputs_device` makes, in every exercise that has one.
@@ -141,12 +100,12 @@ def device_checks(recipe: Recipe, name: str, calls: list[Call], *, vectorised: b
             made_on_inputs_device(recipe, MADE_ON_INPUTS, calls)]
 
 
-def made_on_inputs_device(recipe: Recipe, name: str, calls: list[Call], *, shapes: bool = True) -> Check:
+def made_on_inputs_device(recipe: Recipe, name: str, calls: list[Call], judge=None) -> Check:
     """The class "a tensor made on the default device", caught on a CPU-only machine: each call runs
-    with CPU inputs inside ``with torch.device("meta"):``, and its outputs must be on the CPU
-    (``shapes``: with the contract's dtypes and shapes, see :func:`default_device_judge`)."""
+    with CPU inputs inside ``with torch.device("meta"):``; ``judge`` (default: outputs on the CPU
+    with the contract's dtypes and shapes, :func:`default_device_judge`) judges the outcomes."""
     moved = [Call(c.args, dict(c.kwargs), "cpu", c.allocations, default_device="meta") for c in calls]
-    return Check(name, moved, default_device_judge(recipe, shapes), kind="property")
+    return Check(name, moved, judge or default_device_judge(recipe), kind="property")
 
 
 @rebuildable
