@@ -33,13 +33,11 @@ import os
 import queue
 import secrets
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from ... import safetext
 from ... import seed as seed_mod
@@ -47,8 +45,10 @@ from ...sandbox import allowlist
 from ...sandbox.zygote import Zygote
 from ...seed import SEED_ENV
 from ...terminal import live_terminal, printable
+from . import classtiming
 from .classrun import finish, plan_from, write_grades
 from .classsummary import print_summary
+from .manifest import Manifest, Row
 from .processes import (
     _PACKAGE_ROOT,
     Preloaded,
@@ -69,7 +69,6 @@ from .scores import (
     total_score,
 )
 
-MANIFEST_VERSION = 1
 DEFAULT_TIMEOUT = 300.0
 
 # A grader command: (submission path, results.json path, seed, extra CLI args) -> argv.
@@ -106,26 +105,13 @@ def grader_fingerprint() -> str:
 # --------------------------------------------------------------------------- class mode
 
 
-@dataclass
-class Row:
-    student: str
-    slug: str
-    status: str  # graded | not graded | timeout | crashed | empty
-    message: str
-    total: float = 0.0
-    max: float | None = None
-    scores: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-    skipped: bool = False  # unchanged since the last run: not regraded
-    isolation: str = ""  # "held", "NOT HELD: why", or "" (see scores.isolation)
-
-
 def grade_student(student: Student, out: Path, *, seed: int, timeout: float, extra: Sequence[str],
                   command: GraderCommand, exercises: Sequence[str], cores: queue.Queue | None = None,
-                  preloaded: Preloaded | None = None) -> Row:
+                  preloaded: Preloaded | None = None, timing: Path | None = None) -> Row:
     """Grade one student in a killable process group; always leaves a results.json.
     ``cores``: free core ids; the grading takes one for itself while it runs.
-    ``preloaded``: run the engine's CLI forked from it instead of in a fresh interpreter."""
+    ``preloaded``: run the engine's CLI forked from it instead of in a fresh interpreter.
+    ``timing``: a folder for the grading's ``--timing`` file (:mod:`.classtiming`)."""
     folder = out / student.slug
     folder.mkdir(parents=True, exist_ok=True)
     results_path, log = folder / "results.json", folder / "grader.log"
@@ -144,6 +130,8 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
     env[SEED_ENV] = str(seed)  # never on a command line (engine_args)
     # The grader class mode itself runs, whatever the working directory holds.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")]))
+    if timing is not None and command is engine_command:  # not in the manifest's key: it grades alike
+        extra = [*extra, "--timing", str(classtiming.student_file(timing, student.slug).resolve())]
     core = cores.get() if cores is not None else None
     try:
         cpus = None if core is None else {core}
@@ -185,41 +173,6 @@ def grade_student(student: Student, out: Path, *, seed: int, timeout: float, ext
                isolation=isolation(results))
 
 
-class Manifest:
-    """OUT/manifest.json: per student, the key of the last grading (files, seed, options,
-    grader) and its row, so a rerun can skip what has not changed."""
-
-    def __init__(self, path: Path):
-        self.path, self.lock = path, threading.Lock()
-        self.data: dict[str, Any] = {"version": MANIFEST_VERSION, "seed": None, "students": {}}
-        try:
-            loaded = json.loads(path.read_text())
-            if isinstance(loaded, dict) and loaded.get("version") == MANIFEST_VERSION:
-                self.data = loaded
-        except (OSError, ValueError):
-            pass
-
-    def unchanged(self, slug: str, key: str, out: Path) -> Row | None:
-        entry = self.data["students"].get(slug)
-        if not entry or entry.get("key") != key or read_results(out / slug / "results.json") is None:
-            return None
-        if entry.get("row", {}).get("status") == "not graded":  # the grader's failure, not the submission's
-            return None
-        row = Row(**entry["row"])
-        row.skipped = True
-        return row
-
-    def record(self, row: Row, key: str) -> None:
-        with self.lock:
-            saved = asdict(row)
-            saved["skipped"] = False
-            self.data["students"][row.slug] = {"key": key, "row": saved}
-            tmp = self.path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-            tmp.replace(self.path)  # a killed run never leaves half a manifest
-
-
-
 def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
     """grades.csv: student, one column per contract exercise, total, max, status, isolation, message
     (:func:`~grader.runners.classmode.classrun.write_grades` without a roster or a due date)."""
@@ -229,10 +182,11 @@ def write_csv(rows: list[Row], path: Path, exercises: Sequence[str]) -> None:
 def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float = DEFAULT_TIMEOUT,
                 regrade: bool = False, extra: Sequence[str] = (), command: GraderCommand = engine_command,
                 exercises: Sequence[str] | None = None, progress: bool = True,
-                pin: bool = False, preload: bool = True,
+                pin: bool = False, preload: bool = True, timing: Path | None = None,
                 select: Callable[[list[Student]], list[Student]] | None = None) -> list[Row]:
     """Grade every student of ``submissions`` into ``out``; returns one row per student.
     ``select``: the students of those found that this run grades (a shard's, :mod:`.classrun`).
+    ``timing``: where each grading writes its timing, summed up in ``summary.md`` (:mod:`.classtiming`).
 
     With ``pin`` (and no more jobs than cores) each grading runs on a core of its own, so
     ``--jobs N`` uses exactly N cores and leaves the rest of a shared machine alone. Not the
@@ -246,18 +200,20 @@ def grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: 
     exercises = tuple(exercises) if exercises is not None else contract_exercises()
     umask = os.umask(0o077)  # results, logs and the manifest hold the seed: they are ours alone
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        out.chmod(0o700)  # a folder from an earlier run may be open to everyone
+        for folder in (out, timing):
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+                folder.chmod(0o700)  # a folder from an earlier run may be open to everyone
         return _grade_class(submissions, out, jobs=jobs, seed=seed, timeout=timeout, regrade=regrade,
                             extra=extra, command=command, exercises=exercises, progress=progress, pin=pin,
-                            preload=preload, select=select)
+                            preload=preload, timing=timing, select=select)
     finally:
         os.umask(umask)
 
 
 def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout: float, regrade: bool,
                  extra: Sequence[str], command: GraderCommand, exercises: Sequence[str], progress: bool,
-                 pin: bool, preload: bool,
+                 pin: bool, preload: bool, timing: Path | None,
                  select: Callable[[list[Student]], list[Student]] | None) -> list[Row]:
     students, ignored = discover(submissions, out)
     students = select(students) if select is not None else students
@@ -306,8 +262,10 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         if command is engine_command:  # other submissions and every grading's results are off limits
             extra = [*extra, "--hide", str(submissions.resolve()), "--hide", str(out.resolve())]
+            if timing is not None:
+                extra += ["--hide", str(timing.resolve())]
         job = dict(seed=seed, timeout=timeout, extra=extra, command=command, exercises=exercises, cores=cores,
-                   preloaded=preloaded)
+                   preloaded=preloaded, timing=timing)
         futures = {pool.submit(grade_student, s, out, **job): (s, key) for s, key in todo}
         try:
             for fut in as_completed(futures):
@@ -339,6 +297,8 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
             zyg.close()
     ordered = [rows[s.slug] for s in students]
     write_csv(ordered, out / "grades.csv", exercises)
+    if timing is not None:
+        classtiming.summarize(timing, [s.slug for s, _ in todo])
     return ordered
 
 
@@ -394,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "of forking them from processes that have imported torch already (slower; for "
                         "comparison)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--timing", type=Path, metavar="DIR", help="write where each grading's time went to "
+                   "DIR/STUDENT.json, and DIR/summary.md (the per-student overhead by phase, the exercises "
+                   "by cost); the instructor's, in nothing a student sees")
     p.add_argument("--shard", metavar="i/N", help="grade only shard i of N (0 <= i < N; default: from Slurm, "
                    "Kubernetes or $GRADER_SHARD, else the whole class); merge with `python -m grader merge`")
     p.add_argument("--roster", type=Path, help="roster CSV: every student on it gets a row, 'missing' "
@@ -441,7 +404,7 @@ def main(argv: Sequence[str] | None = None, *, command: GraderCommand = engine_c
     rows = grade_class(args.submissions, out, jobs=args.jobs, seed=seed, timeout=args.timeout,
                        regrade=args.regrade, extra=extra, command=command, exercises=exercises,
                        progress=not args.no_progress, pin=args.pin,
-                       preload=not args.no_preload, select=plan.select)
+                       preload=not args.no_preload, timing=args.timing, select=plan.select)
     wall = time.perf_counter() - t0
     finish(out, plan, rows, fingerprint=grader_fingerprint(), seed=seed, wall=wall, extra=extra,
            exercises=tuple(exercises) if exercises is not None else contract_exercises())
