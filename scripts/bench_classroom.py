@@ -24,6 +24,7 @@ rounds' paired ratios with their range:
 
 Usage: python scripts/bench_classroom.py [--n 16] [--jobs 2] [--repeats 5] [--seed 0] [--keep DIR]
        python scripts/bench_classroom.py --slope   (marginal cost per student, 16 -> 128 students)
+       python scripts/bench_classroom.py --slope --exercise causal_mask --exercise ...   (those only)
 """
 
 from __future__ import annotations
@@ -134,6 +135,11 @@ def cpu_seconds() -> float:
         return usage.ru_utime + usage.ru_stime
 
 
+#: ``--exercise NAME ...`` handed to every class run (set by main): grade those exercises only, for a
+#: figure on the same exercises as an older tree that had fewer.
+ONLY: list[str] = []
+
+
 def grade(subs: Path, out: Path, jobs: int, seed: int, flags: tuple[str, ...]) -> tuple[float, float]:
     """Wall time and CPU time (:func:`cpu_seconds`) of one class run."""
     one_core = ONE_CORE in flags
@@ -142,7 +148,7 @@ def grade(subs: Path, out: Path, jobs: int, seed: int, flags: tuple[str, ...]) -
     before = cpu_seconds()
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "class", str(subs), "--out", str(out), "--jobs",
-                           str(jobs), "--seed", str(seed), "--regrade", "--no-progress", *flags],
+                           str(jobs), "--seed", str(seed), "--regrade", "--no-progress", *ONLY, *flags],
                           capture_output=True, text=True, cwd=REPO,
                           preexec_fn=(lambda: os.sched_setaffinity(0, {core})) if one_core else None)
     wall = time.perf_counter() - t0
@@ -193,7 +199,10 @@ def main() -> int:
     p.add_argument("--keep", type=Path, help="build the class here and keep it (default: a temp folder)")
     p.add_argument("--slope", action="store_true",
                    help="only the marginal cost per student: the slope between a class of 16 and of 128")
+    p.add_argument("--exercise", action="append", default=[], metavar="NAME",
+                   help="grade only this exercise (repeatable; class mode's --exercise)")
     args = p.parse_args()
+    ONLY.extend(a for name in args.exercise for a in ("--exercise", name))
     if args.slope:
         with tempfile.TemporaryDirectory(prefix="bench-slope-") as tmp:
             return marginal_cost(Path(tmp), small=16, large=128, jobs=args.jobs, repeats=max(args.repeats, 3),
