@@ -27,8 +27,9 @@ from .mistakes import MISTAKES11
 M = MISTAKES
 X = MISTAKES11
 F32, F16 = torch.float32, torch.float16
-#: (L, world) of the memory check: one step's scores are (2c, 2c) = (32, 32), the whole (L, L) 64 times that
-RING_MEMORY = (256, 8)
+#: (L, world) of the memory checks: one step's scores are (2c, 2c) = (64, 64), the whole (L, L) 16 times that;
+#: world 4, not 8: a quarter of the steps to record (the memory checks were most of the ring's cost)
+RING_MEMORY = (256, 4)
 
 
 # --------------------------------------------------------------------------- zigzag_ring_mask
