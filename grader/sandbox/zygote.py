@@ -120,6 +120,11 @@ if __name__ == "__main__":  # the workers' zygote
         sys.exit("usage: python -m grader.sandbox.zygote SOCKET [confined] (started by the grader)")
     import torch  # noqa: F401 -- the point of the zygote
 
+    try:  # chapter 13's notebooks import it (0.2 CPU-s): once here, not in every worker
+        import triton  # noqa: F401 -- its interpreter is chosen when a kernel is made (worker.py)
+    except ImportError:
+        pass
+
     from . import worker
 
     worker.prepare()
