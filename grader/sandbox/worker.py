@@ -137,8 +137,8 @@ def _vm_size() -> int:
 
 def _interpret_triton_without_cuda() -> None:
     """Without CUDA, chapter 13's kernels run in Triton's CPU interpreter: TRITON_INTERPRET=1 must be
-    set before a kernel is made (triton 3.9 reads it then, not at import: the zygote has imported
-    triton already). The worker's environment does not carry the parent's."""
+    set before triton is first imported (the zygote did, where it imported triton for its workers;
+    else the student's first cell sets it too). The worker's environment does not carry the parent's."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
 

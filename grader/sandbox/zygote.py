@@ -23,6 +23,16 @@ from .limits import worker_env
 #: Environment variables naming the zygote's socket, and whether it is confined, for the
 #: grading processes of a class run.
 ZYGOTE_ENV, CONFINED_ENV = "GRADER_ZYGOTE", "GRADER_ZYGOTE_CONFINED"
+#: Set (to "1") in the zygote's environment where there is no NVIDIA driver: chapter 13's kernels then
+#: run in Triton's interpreter, which triton chooses when it is imported, and the zygote imports it
+#: once for all its workers (0.1-0.2 CPU-s each). With a driver, triton is left to the workers: asking
+#: CUDA anything before the fork would spoil it for them.
+INTERPRET = "TRITON_INTERPRET"
+
+
+def _no_nvidia_driver() -> bool:
+    return not (os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl"))
+
 
 def spawn(socket_path: str | os.PathLike, *, stdout: int, stderr: int, status: int, results: int,
           header: dict) -> Forked | None:
@@ -50,8 +60,9 @@ class Zygote(Server):
 
         self.confined = confined
         flags = ("-s", "-P") if sys.version_info >= (3, 11) else ("-s",)
+        interpret = {INTERPRET: "1"} if _no_nvidia_driver() else {}
         if confined:
-            env = worker_env(Path("/tmp"))
+            env = {**worker_env(Path("/tmp")), **interpret}
             env["PYTHONPATH"] = allowlist.sandbox_pythonpath()
             folder = socket_folder("grader-zygote-")
             try:
@@ -64,7 +75,7 @@ class Zygote(Server):
             self.home = None
         else:
             self.home = Path(tempfile.mkdtemp(prefix="grader-zygote-home-"))
-            env = worker_env(self.home)
+            env = {**worker_env(self.home), **interpret}
             root = str(Path(__file__).resolve().parents[2])
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
             super().__init__("grader.sandbox.zygote", env, flags=flags, cwd=self.home)
@@ -120,10 +131,11 @@ if __name__ == "__main__":  # the workers' zygote
         sys.exit("usage: python -m grader.sandbox.zygote SOCKET [confined] (started by the grader)")
     import torch  # noqa: F401 -- the point of the zygote
 
-    try:  # chapter 13's notebooks import it (0.2 CPU-s): once here, not in every worker
-        import triton  # noqa: F401 -- its interpreter is chosen when a kernel is made (worker.py)
-    except ImportError:
-        pass
+    if os.environ.get(INTERPRET) == "1":  # chapter 13's notebooks import it: once here, not per worker
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            pass
 
     from . import worker
 
