@@ -23,10 +23,10 @@ from .limits import worker_env
 #: Environment variables naming the zygote's socket, and whether it is confined, for the
 #: grading processes of a class run.
 ZYGOTE_ENV, CONFINED_ENV = "GRADER_ZYGOTE", "GRADER_ZYGOTE_CONFINED"
-#: Set (to "1") in the zygote's environment where there is no NVIDIA driver: chapter 13's kernels then
-#: run in Triton's interpreter, which triton chooses when it is imported, and the zygote imports it
-#: once for all its workers (0.1-0.2 CPU-s each). With a driver, triton is left to the workers: asking
-#: CUDA anything before the fork would spoil it for them.
+#: Set (to "1") in class mode's zygote's environment where there is no NVIDIA driver: chapter 13's
+#: kernels then run in Triton's interpreter, which triton chooses when it is imported, and the zygote
+#: imports it once for all its workers (0.1-0.2 CPU-s each). With a driver, triton is left to the
+#: workers: asking CUDA anything before the fork would spoil it for them.
 INTERPRET = "TRITON_INTERPRET"
 
 
@@ -55,12 +55,15 @@ class Zygote(Server):
     """The workers' zygote: inside bubblewrap (``confined``), or without it where the user
     asked for that. :meth:`env` gives the variable a class's gradings need."""
 
-    def __init__(self, confined: bool = True) -> None:
+    def __init__(self, confined: bool = True, *, triton: bool = False) -> None:
+        """``triton``: import triton ahead for the workers where it runs interpreted (:data:`INTERPRET`);
+        class mode's zygote does, a single grading's does not (it waits for its zygote, and most
+        submissions are not chapter 13's)."""
         from . import allowlist
 
         self.confined = confined
         flags = ("-s", "-P") if sys.version_info >= (3, 11) else ("-s",)
-        interpret = {INTERPRET: "1"} if _no_nvidia_driver() else {}
+        interpret = {INTERPRET: "1"} if triton and _no_nvidia_driver() else {}
         if confined:
             env = {**worker_env(Path("/tmp")), **interpret}
             env["PYTHONPATH"] = allowlist.sandbox_pythonpath()

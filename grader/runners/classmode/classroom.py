@@ -249,7 +249,7 @@ def _grade_class(submissions: Path, out: Path, *, jobs: int, seed: int, timeout:
         # Gradings forked from a server with the grader imported, and their sandboxed workers
         # forked from a zygote with torch imported (never the reference or the cases).
         try:
-            zyg = Zygote() if preload and command is engine_command and todo else None
+            zyg = Zygote(triton=True) if preload and command is engine_command and todo else None
         except allowlist.Unavailable as e:  # no student code runs outside the sandbox
             raise SystemExit(f"grader: {allowlist.refusal(e)}") from None
         # The server also builds the class's cases and their references, once for every grading.
