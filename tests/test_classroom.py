@@ -491,8 +491,8 @@ def test_real_engine_past_the_class_time_limit_is_killed_tree_and_all(tmp_path, 
     kill = processes.kill_tree
 
     class RecordingZygote(classroom.Zygote):
-        def __init__(self) -> None:
-            super().__init__()
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
             zygotes.append(self)
 
     def recording_kill(pgid: int) -> None:
